@@ -1,0 +1,42 @@
+"""dbexecutor: a ``concurrent.futures.Executor`` whose only durable state is a database.
+
+::
+
+    from dbexecutor import DBExecutor
+
+    with DBExecutor("sqlite:///jobs.db", max_workers=4) as ex:
+        a = ex.submit(load, "a.csv")
+        b = ex.submit(clean, a)             # a future as an argument: dependency + its result
+        c = ex.submit(report, after=[a, b]) # ordering-only dependencies
+        print(c.result())
+"""
+
+from .errors import (
+    ConfigurationError,
+    DatabaseUnavailable,
+    DBExecutorError,
+    DependencyFailed,
+    JobTimeoutError,
+    LeaseLost,
+    SchemaVersionError,
+    WorkerDied,
+)
+from .executor import DBExecutor, JobOptions, Submitter
+from .future import JobFuture
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DBExecutor",
+    "JobFuture",
+    "JobOptions",
+    "Submitter",
+    "DBExecutorError",
+    "ConfigurationError",
+    "DatabaseUnavailable",
+    "SchemaVersionError",
+    "DependencyFailed",
+    "JobTimeoutError",
+    "WorkerDied",
+    "LeaseLost",
+]

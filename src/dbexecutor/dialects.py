@@ -1,0 +1,223 @@
+"""One small class per database: the only place that knows dialect names.
+
+Each class answers the questions where databases differ (how to begin a write
+transaction, how to lock rows for a claim, how to serialise schema creation,
+which errors are worth retrying, which server versions are too old) through
+capability flags and small methods, River-driver style. ``for_url`` picks the
+class once, from the URL, before any connection is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import zlib
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+from sqlalchemy import Select, event, text
+from sqlalchemy.engine import URL, Connection, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError
+
+from .errors import ConfigurationError
+
+__all__ = ["Dialect", "resolve"]
+
+
+class Dialect:
+    """Behaviour shared by the databases with row locks (PostgreSQL, MySQL/MariaDB)."""
+
+    #: Human name, for messages.
+    label: ClassVar[str] = "database"
+    #: ``pip install 'dbexecutor[extra]'`` brings the driver.
+    extra: ClassVar[str | None] = None
+    supports_skip_locked: ClassVar[bool] = True
+    supports_partial_indexes: ClassVar[bool] = True
+    supports_listen_notify: ClassVar[bool] = False
+
+    def __init__(self, url: URL) -> None:
+        self.url = url
+
+    # -- engine ---------------------------------------------------------------
+
+    def engine_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``create_engine``."""
+        return {"pool_pre_ping": True, "pool_size": 4, "max_overflow": 8}
+
+    def setup_engine(self, engine: Engine) -> None:
+        """Install connection events (nothing by default)."""
+
+    def check_server(self, conn: Connection) -> None:
+        """Raise ``ConfigurationError`` if the server cannot run dbexecutor."""
+
+    # -- statements -----------------------------------------------------------
+
+    def for_claim(self, stmt: Select[Any]) -> Select[Any]:
+        """Lock the selected ready rows, skipping rows another claim holds."""
+        return stmt.with_for_update(skip_locked=True)
+
+    def for_update(self, stmt: Select[Any]) -> Select[Any]:
+        """Lock the selected rows until the transaction ends (waiting if needed)."""
+        return stmt.with_for_update()
+
+    @contextlib.contextmanager
+    def schema_lock(self, conn: Connection, name: str) -> Iterator[None]:
+        """Serialise schema creation between processes (inside ``conn``'s transaction)."""
+        yield
+
+    def is_transient(self, error: DBAPIError) -> bool:
+        """Whether the failed transaction is worth running again (deadlock, busy, lost connection)."""
+        return bool(error.connection_invalidated)
+
+
+class SQLiteDialect(Dialect):
+    """SQLite: no row locks, so every write transaction is ``BEGIN IMMEDIATE``."""
+
+    label = "SQLite"
+    supports_skip_locked = False
+
+    def __init__(self, url: URL) -> None:
+        super().__init__(url)
+        db = url.database or ""
+        if db in ("", ":memory:") or url.query.get("mode") == "memory" or db.startswith("file::memory:"):
+            raise ConfigurationError(
+                "an in-memory SQLite database cannot be shared with the child processes that run the jobs; "
+                "use a file, e.g. DBExecutor('sqlite:///jobs.db')"
+            )
+
+    def engine_options(self) -> dict[str, Any]:
+        # The driver's own busy handler waits for the write lock; 30 s covers
+        # any claim or finalize transaction by a wide margin.
+        return {"connect_args": {"timeout": 30.0, "check_same_thread": False}}
+
+    def setup_engine(self, engine: Engine) -> None:
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_conn: Any, _record: Any) -> None:
+            # Take transaction control away from the sqlite3 module so that
+            # the "begin" hook below decides how a transaction starts.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            # Reads that must not block writers ask for a deferred transaction;
+            # everything else takes the write lock up front, which is what
+            # makes read-then-update atomic without row locks.
+            if conn.get_execution_options().get("dbexecutor_read_only"):
+                conn.exec_driver_sql("BEGIN")
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def for_claim(self, stmt: Select[Any]) -> Select[Any]:
+        return stmt  # BEGIN IMMEDIATE already holds the only lock there is
+
+    def for_update(self, stmt: Select[Any]) -> Select[Any]:
+        return stmt
+
+    def is_transient(self, error: DBAPIError) -> bool:
+        message = str(error.orig).lower()
+        return super().is_transient(error) or "database is locked" in message or "database is busy" in message
+
+
+class PostgreSQLDialect(Dialect):
+    """PostgreSQL through psycopg 3: ``FOR UPDATE SKIP LOCKED`` at READ COMMITTED."""
+
+    label = "PostgreSQL"
+    extra = "postgresql"
+    supports_listen_notify = True
+    _TRANSIENT = {"40P01", "40001", "55P03", "57P01", "57P02", "57P03"}
+
+    @contextlib.contextmanager
+    def schema_lock(self, conn: Connection, name: str) -> Iterator[None]:
+        # Transaction-scoped advisory lock: released by the commit that publishes the tables.
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(name.encode())})
+        yield
+
+    def is_transient(self, error: DBAPIError) -> bool:
+        code = getattr(error.orig, "sqlstate", None)
+        return super().is_transient(error) or code in self._TRANSIENT or (code or "").startswith("08")
+
+
+class MySQLDialect(Dialect):
+    """MySQL >= 8.0.1 and MariaDB >= 10.6 through PyMySQL, InnoDB, READ COMMITTED."""
+
+    label = "MySQL/MariaDB"
+    extra = "mysql"
+    supports_partial_indexes = False
+    # Deadlock, lock wait timeout, server gone away, lost connection, server shutting down.
+    _TRANSIENT = {1213, 1205, 2006, 2013, 2003, 1053, 4031}
+
+    def engine_options(self) -> dict[str, Any]:
+        # READ COMMITTED for every transaction: each statement of a claim or a
+        # finalize sees rows committed since the transaction began, as on
+        # PostgreSQL, instead of REPEATABLE READ's start-of-transaction snapshot.
+        return {**super().engine_options(), "isolation_level": "READ COMMITTED", "pool_recycle": 3600}
+
+    def check_server(self, conn: Connection) -> None:
+        dialect = conn.dialect
+        version = tuple(dialect.server_version_info or ())
+        if getattr(dialect, "is_mariadb", False):
+            if version < (10, 6):
+                raise ConfigurationError(
+                    f"MariaDB {'.'.join(map(str, version))} is too old: dbexecutor needs MariaDB 10.6 or newer "
+                    "for SKIP LOCKED; upgrade the server or use PostgreSQL or SQLite"
+                )
+        elif version < (8, 0, 1):
+            raise ConfigurationError(
+                f"MySQL {'.'.join(map(str, version))} is too old: dbexecutor needs MySQL 8.0.1 or newer "
+                "for SKIP LOCKED; upgrade the server or use PostgreSQL or SQLite"
+            )
+
+    @contextlib.contextmanager
+    def schema_lock(self, conn: Connection, name: str) -> Iterator[None]:
+        # DDL commits implicitly on MySQL, so the lock must be session-level.
+        got = conn.execute(text("SELECT GET_LOCK(:n, 120)"), {"n": name[:64]}).scalar()
+        if got != 1:
+            raise TimeoutError(f"could not take the schema lock {name!r} within 120 s")
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": name[:64]})
+
+    def is_transient(self, error: DBAPIError) -> bool:
+        args = getattr(error.orig, "args", ())
+        code = args[0] if args and isinstance(args[0], int) else None
+        return super().is_transient(error) or code in self._TRANSIENT
+
+
+# URL scheme -> (dialect class, the driver we use for it)
+_SCHEMES: dict[str, tuple[type[Dialect], str]] = {
+    "sqlite": (SQLiteDialect, "sqlite+pysqlite"),
+    "postgresql": (PostgreSQLDialect, "postgresql+psycopg"),
+    "postgres": (PostgreSQLDialect, "postgresql+psycopg"),
+    "mysql": (MySQLDialect, "mysql+pymysql"),
+    "mariadb": (MySQLDialect, "mariadb+pymysql"),
+}
+
+
+def resolve(url: str | URL) -> Dialect:
+    """Parse ``url`` and return the dialect object for it, with its URL pinned to our driver.
+
+    ``postgresql://`` means psycopg 3 and ``mysql://`` / ``mariadb://`` mean
+    PyMySQL; an explicit other driver is refused with the reason.
+    """
+    try:
+        parsed = make_url(url) if isinstance(url, str) else url
+    except ArgumentError:
+        raise ConfigurationError(
+            "malformed database URL; expected e.g. 'sqlite:///jobs.db', "
+            "'postgresql://user@host/db' or 'mysql://user@host/db'"
+        ) from None
+    backend, _, driver = parsed.drivername.partition("+")
+    if backend not in _SCHEMES:
+        raise ConfigurationError(
+            f"unsupported database {backend!r}: dbexecutor runs on sqlite, postgresql and mysql/mariadb"
+        )
+    cls, our_driver = _SCHEMES[backend]
+    if driver and driver != our_driver.partition("+")[2]:
+        raise ConfigurationError(
+            f"driver {driver!r} is not supported for {cls.label}; use {our_driver}:// (or plain {backend}://)"
+        )
+    return cls(parsed.set(drivername=our_driver))

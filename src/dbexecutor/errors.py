@@ -1,0 +1,82 @@
+"""The exception hierarchy.
+
+Everything the library raises on its own account derives from
+:class:`DBExecutorError`, except where a standard type is the better promise:
+a per-job timeout is a :class:`TimeoutError`, a dead child is a
+:class:`~concurrent.futures.process.BrokenProcessPool`, a cancelled upstream is
+a :class:`~concurrent.futures.CancelledError`, so code written for
+``ProcessPoolExecutor`` keeps catching what it caught before.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures.process import BrokenProcessPool
+
+__all__ = [
+    "DBExecutorError",
+    "ConfigurationError",
+    "DatabaseUnavailable",
+    "SchemaVersionError",
+    "DependencyFailed",
+    "JobTimeoutError",
+    "WorkerDied",
+    "LeaseLost",
+]
+
+
+class DBExecutorError(Exception):
+    """Root of the errors raised by dbexecutor itself."""
+
+
+class ConfigurationError(DBExecutorError, ValueError):
+    """The URL, driver, server version or an option cannot be used.
+
+    A ``ValueError`` too, because it is always about a value the caller passed.
+    """
+
+
+class DatabaseUnavailable(DBExecutorError, ConnectionError):
+    """The database server could not be reached (the message names host and port)."""
+
+
+class SchemaVersionError(DBExecutorError):
+    """The tables were written by a newer, unknown version of dbexecutor."""
+
+
+class DependencyFailed(DBExecutorError):
+    """An upstream job failed, so this job never ran.
+
+    ``upstream_job_id`` names the job that failed; ``__cause__`` is its
+    exception (itself a ``DependencyFailed`` when the failure came from further
+    up the chain).
+    """
+
+    def __init__(self, upstream_job_id: int, message: str | None = None, *, root_job_id: int | None = None) -> None:
+        self.upstream_job_id = upstream_job_id
+        #: The job whose own exception started the chain (``__cause__`` is that exception).
+        self.root_job_id = upstream_job_id if root_job_id is None else root_job_id
+        super().__init__(message or f"upstream job {upstream_job_id} failed")
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_rebuild_dependency_failed, (self.upstream_job_id, self.args[0], self.root_job_id))
+
+
+def _rebuild_dependency_failed(upstream: int, message: str, root: int) -> DependencyFailed:
+    return DependencyFailed(upstream, message, root_job_id=root)
+
+
+class JobTimeoutError(DBExecutorError, TimeoutError):
+    """The job ran past its per-dispatch timeout and its process tree was killed."""
+
+
+class WorkerDied(DBExecutorError, BrokenProcessPool):
+    """The child running the job died (signal or exit code in the message).
+
+    It subclasses ``BrokenProcessPool`` so existing handlers keep working, but
+    unlike ``ProcessPoolExecutor`` only this job is affected: the executor
+    replaces the child and carries on.
+    """
+
+
+class LeaseLost(DBExecutorError):
+    """The attempt lost its lease (reclaimed or timed out); its result was discarded."""

@@ -1,0 +1,364 @@
+"""``DBExecutor``: the public executor. No SQL here and no process handling.
+
+``submit`` pickles the call, turns futures among the arguments into
+dependency edges, and inserts the row; the scheduler thread does the rest.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import os
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Executor, Future
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, replace
+from multiprocessing.context import BaseContext
+from typing import Any, TypeVar
+
+from . import schema, serialization
+from .future import JobFuture
+from .pool import default_context
+from .scheduler import Scheduler, Settings, interpreter_shutting_down
+from .store import NewJob, Store
+
+__all__ = ["DBExecutor", "JobOptions", "Submitter"]
+
+T = TypeVar("T")
+
+
+def _default_workers() -> int:
+    count = getattr(os, "process_cpu_count", os.cpu_count)()
+    return count or 1
+
+
+def _run_chunk(fn: Callable[..., Any], chunk: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Run ``fn`` over one ``map`` chunk inside a child (must be importable by name)."""
+    return [fn(*args) for args in chunk]
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Per-job options, stored on the row.
+
+    ``key``: unique per database; submitting an existing key returns that job's
+    future instead of a new job. ``group`` / ``weight``: the fair-share group
+    and its weight. ``priority``: higher runs first. ``timeout``: seconds per
+    attempt before the child's process tree is killed (``None``: the executor
+    default). ``retries``: further attempts after a failure. ``delay`` or
+    ``run_after`` (epoch seconds): not ready before then.
+    """
+
+    key: str | None = None
+    group: str = "default"
+    weight: int = 1
+    priority: int = 0
+    timeout: float | None = None
+    retries: int | None = None
+    delay: float | None = None
+    run_after: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.key is not None and (not isinstance(self.key, str) or not 0 < len(self.key) <= 255):
+            raise ValueError("key must be a non-empty string of at most 255 characters")
+        if not isinstance(self.group, str) or not 0 < len(self.group) <= 255:
+            raise ValueError("group must be a non-empty string of at most 255 characters")
+        if not isinstance(self.weight, int) or self.weight < 1:
+            raise ValueError("weight must be an integer >= 1")
+        if not isinstance(self.priority, int):
+            raise ValueError("priority must be an integer")
+        if self.timeout is not None and not self.timeout > 0:
+            raise ValueError("timeout must be > 0 seconds (or None for no limit)")
+        if self.retries is not None and (not isinstance(self.retries, int) or self.retries < 0):
+            raise ValueError("retries must be an integer >= 0")
+        if self.delay is not None and not (self.delay >= 0 and math.isfinite(self.delay)):
+            raise ValueError("delay must be a finite number of seconds >= 0")
+        if self.delay is not None and self.run_after is not None:
+            raise ValueError("give delay or run_after, not both")
+
+
+class Submitter:
+    """``submit`` and ``map`` with per-job options; made by :meth:`DBExecutor.options`."""
+
+    def __init__(self, executor: DBExecutor, options: JobOptions) -> None:
+        self._executor = executor
+        self._options = options
+
+    def options(self, **options: Any) -> Submitter:
+        """These options plus or over the given ones."""
+        return Submitter(self._executor, replace(self._options, **options))
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any) -> JobFuture[T]:
+        """As :meth:`DBExecutor.submit`, with these options."""
+        return self._executor._submit(fn, args, kwargs, after, self._options)
+
+    def map(
+        self, fn: Callable[..., T], *iterables: Iterable[Any], timeout: float | None = None, chunksize: int = 1
+    ) -> Iterator[T]:
+        """As :meth:`DBExecutor.map`, with these options."""
+        return self._executor._map(fn, iterables, timeout, chunksize, self._options)
+
+
+class DBExecutor(Executor):
+    """A ``concurrent.futures.Executor`` whose only durable state is a database.
+
+    A drop-in for ``ProcessPoolExecutor``: the first argument is a SQLAlchemy
+    URL (``sqlite:///jobs.db``, ``postgresql://user@host/db``,
+    ``mysql://user@host/db``), the rest mirror ``ProcessPoolExecutor``.
+    Keyword-only options set the defaults for every job:
+
+    - ``prefix``: table-name prefix, so the tables can share an application's database;
+    - ``lease_ttl`` / ``heartbeat_interval``: seconds a claim lives without renewal,
+      and how often a running child renews it (default ``lease_ttl / 6``);
+    - ``timeout``: seconds per attempt before the child's whole process tree is
+      killed (``None``: no limit); ``retries`` and ``retry_delay``: further
+      attempts after a failure, with exponential backoff and jitter;
+    - ``poll_interval``: how often the database is asked for work that other
+      processes made ready and for jobs they finished.
+
+    Jobs run at least once: a job whose executor or child died mid-run runs
+    again, but its row is finalized exactly once.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        max_workers: int | None = None,
+        mp_context: BaseContext | None = None,
+        initializer: Callable[..., Any] | None = None,
+        initargs: tuple[Any, ...] = (),
+        *,
+        max_tasks_per_child: int | None = None,
+        prefix: str = "",
+        lease_ttl: float = 30.0,
+        heartbeat_interval: float | None = None,
+        timeout: float | None = None,
+        retries: int = 0,
+        retry_delay: float = 1.0,
+        poll_interval: float = 0.2,
+    ) -> None:
+        if max_workers is None:
+            max_workers = _default_workers()
+        elif max_workers <= 0:
+            raise ValueError("max_workers must be greater than 0")
+        if mp_context is None:
+            mp_context = default_context()
+        if max_tasks_per_child is not None:
+            if not isinstance(max_tasks_per_child, int):
+                raise TypeError("max_tasks_per_child must be an integer")
+            if max_tasks_per_child <= 0:
+                raise ValueError("max_tasks_per_child must be >= 1")
+        if initializer is not None and not callable(initializer):
+            raise TypeError("initializer must be a callable")
+        heartbeat_interval = lease_ttl / 6 if heartbeat_interval is None else heartbeat_interval
+        if not 0 < heartbeat_interval < lease_ttl:
+            raise ValueError("heartbeat_interval must be > 0 and shorter than lease_ttl")
+        if poll_interval <= 0:
+            raise ValueError("poll_interval must be > 0")
+        self._defaults = JobOptions(timeout=timeout, retries=retries)
+        self._store = Store(url, prefix)
+        self._submitter_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        settings = Settings(
+            max_workers=max_workers,
+            mp_context=mp_context,
+            initializer=initializer,
+            initargs=tuple(initargs),
+            max_tasks_per_child=max_tasks_per_child,
+            lease_ttl=lease_ttl,
+            heartbeat_interval=heartbeat_interval,
+            timeout=timeout,
+            retry_delay=retry_delay,
+            poll_interval=poll_interval,
+        )
+        self._scheduler = Scheduler(self._store, self._store.url.render_as_string(hide_password=False), settings)
+        self._max_workers = max_workers
+        # Dropping the last reference shuts the executor down, as ProcessPoolExecutor does.
+        weakref.finalize(self, self._scheduler.request_shutdown)
+
+    def __repr__(self) -> str:
+        return f"<DBExecutor {self._store.identity[0]!r} prefix={self._store.prefix!r} max_workers={self._max_workers}>"
+
+    # -- attach ---------------------------------------------------------------
+
+    @classmethod
+    def attach(cls, url: str, **options: Any) -> DBExecutor:
+        """Open an existing database and resume its unfinished jobs.
+
+        Expired leases are reclaimed by the first tick; :meth:`futures`,
+        :meth:`future` and :meth:`future_for_key` hand back futures.
+        """
+        return cls(url, **options)
+
+    def future(self, job_id: int) -> JobFuture[Any]:
+        """The future of any job in this database, resolved from the row when it ends."""
+        state = self._store.job_state(job_id)
+        if state is None:
+            raise KeyError(f"no job with id {job_id}")
+        with self._scheduler.lock:
+            fut = self._scheduler.track(job_id, outstanding=state not in schema.FINAL_STATES)
+        if state in schema.FINAL_STATES:
+            for final in self._store.finals([job_id]):
+                self._scheduler.resolve(final)
+        return fut
+
+    def futures(self) -> list[JobFuture[Any]]:
+        """Futures of every unfinished job in the database, oldest first."""
+        return [self.future(job_id) for job_id in self._store.unfinished()]
+
+    # -- submit ---------------------------------------------------------------
+
+    def options(self, **options: Any) -> Submitter:
+        """Per-job options for the next ``submit`` / ``map``: ``ex.options(timeout=60, group="io").submit(...)``.
+
+        See :class:`JobOptions` for the names.
+        """
+        return Submitter(self, replace(self._defaults, **options))
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any) -> JobFuture[T]:
+        """Persist ``fn(*args, **kwargs)`` as a job and return its future.
+
+        ``after``: futures this job waits for (ordering only). A ``JobFuture``
+        among the arguments (or one level inside a list, tuple or dict
+        argument) is a dependency too, and is replaced by its result when the
+        job runs.
+        """
+        return self._submit(fn, args, kwargs, after, self._defaults)
+
+    def _dependency(self, fut: Any) -> int:
+        if not isinstance(fut, JobFuture):
+            raise TypeError(
+                f"a dependency must be a JobFuture from a DBExecutor on the same database, not {type(fut).__name__}"
+            )
+        if fut.job_id is None or fut._identity != self._store.identity:
+            raise TypeError(f"{fut!r} belongs to another database or table prefix and cannot be a dependency here")
+        return fut.job_id
+
+    def _submit(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        after: Iterable[Future[Any]],
+        opts: JobOptions,
+        fn_name: str | None = None,
+    ) -> JobFuture[Any]:
+        sched = self._scheduler
+        if interpreter_shutting_down():
+            raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+        if sched.shutting_down:
+            raise RuntimeError("cannot schedule new futures after shutdown")
+        if sched.broken is not None:
+            raise BrokenProcessPool(sched.broken)
+        if not callable(fn):
+            raise TypeError(f"{fn!r} is not callable")
+        deps: list[int] = []
+
+        def to_ref(x: Any) -> Any:
+            if isinstance(x, Future):
+                deps.append(self._dependency(x))
+                return serialization.JobRef(deps[-1])
+            return x
+
+        args, kwargs = serialization.map_arguments(args, kwargs, to_ref)
+        deps += [self._dependency(f) for f in after]
+        try:
+            payload = serialization.dump_payload(fn, args, kwargs)
+        except Exception as error:
+            # As ProcessPoolExecutor: the future fails with the pickling error; nothing is stored.
+            failed: JobFuture[Any] = JobFuture(None)  # type: ignore[arg-type]
+            error.__cause__ = serialization.RemoteTraceback(serialization.format_remote_traceback(error))
+            failed.set_exception(error)
+            return failed
+        now = time.time()
+        run_after = opts.run_after if opts.delay is None else now + opts.delay
+        job = NewJob(
+            fn_name=fn_name or serialization.qualified_name(fn),
+            payload=payload,
+            deps=tuple(dict.fromkeys(deps)),
+            key=opts.key,
+            group=opts.group,
+            weight=opts.weight,
+            priority=opts.priority,
+            timeout=opts.timeout,
+            retries=opts.retries or 0,
+            run_after=run_after,
+            submitted_by=self._submitter_id,
+        )
+        # Inserting and registering under the scheduler's lock: the loop may
+        # claim and finish the job at once, and must find its future.
+        with sched.lock:
+            row = self._store.insert_job(job, now)
+            fut = sched.track(row.job_id, outstanding=row.state not in schema.FINAL_STATES)
+        if row.state in schema.FINAL_STATES:
+            fut._apply(row.state, row.result)
+        else:
+            sched.wake()
+        return fut
+
+    # -- map ------------------------------------------------------------------
+
+    def map(
+        self, fn: Callable[..., T], *iterables: Iterable[Any], timeout: float | None = None, chunksize: int = 1
+    ) -> Iterator[T]:
+        """As ``ProcessPoolExecutor.map``: results in order; ``chunksize`` items per job.
+
+        The iterator raises ``TimeoutError`` if a result is not there
+        ``timeout`` seconds after this call; leaving it early cancels the jobs
+        that have not started.
+        """
+        return self._map(fn, iterables, timeout, chunksize, self._defaults)
+
+    def _map(
+        self,
+        fn: Callable[..., Any],
+        iterables: tuple[Iterable[Any], ...],
+        timeout: float | None,
+        chunksize: int,
+        opts: JobOptions,
+    ) -> Iterator[Any]:
+        if chunksize < 1:
+            raise ValueError("chunksize must be >= 1.")
+        if opts.key is not None:
+            raise ValueError("a key names one job; map submits many (use submit for keyed jobs)")
+        end_time = None if timeout is None else timeout + time.monotonic()
+        items = zip(*iterables)
+        if chunksize == 1:
+            fs = [self._submit(fn, args, {}, (), opts) for args in items]
+        else:
+            name = serialization.qualified_name(fn)
+            fs = [
+                self._submit(_run_chunk, (fn, chunk), {}, (), opts, fn_name=name)
+                for chunk in iter(lambda: list(itertools.islice(items, chunksize)), [])
+            ]
+
+        def result_iterator() -> Iterator[Any]:
+            try:
+                fs.reverse()  # pop() from the end is O(1)
+                while fs:
+                    fut = fs.pop()
+                    value = fut.result() if end_time is None else fut.result(end_time - time.monotonic())
+                    if chunksize == 1:
+                        yield value
+                    else:
+                        yield from value
+            finally:
+                self._scheduler.cancel_jobs([f.job_id for f in fs if f.job_id is not None and not f.done()])
+
+        return result_iterator()
+
+    # -- shutdown -------------------------------------------------------------
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Stop accepting jobs; with ``wait``, return when this executor's jobs have finished.
+
+        ``cancel_futures`` cancels this executor's jobs that have not started.
+        Jobs run by this executor for other processes finish before its
+        children stop.
+        """
+        self._scheduler.request_shutdown(cancel_futures=cancel_futures)
+        if wait:
+            self._scheduler.join()
+            self._store.close()

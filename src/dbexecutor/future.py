@@ -1,0 +1,86 @@
+"""``JobFuture``: a ``concurrent.futures.Future`` that knows its job row.
+
+No database imports here: cancelling goes through a callable the executor
+provides, and resolving from a stored row goes through :meth:`JobFuture._apply`.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import CancelledError, Future, InvalidStateError
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, RUNNING
+from typing import Any, Callable, Generic, TypeVar
+
+from . import schema, serialization
+
+__all__ = ["JobFuture"]
+
+T = TypeVar("T")
+
+
+class JobFuture(Future, Generic[T]):  # type: ignore[type-arg]
+    """The future of one job row; ``job_id`` is the row's id.
+
+    It behaves like any ``Future`` (``result``, ``exception``, callbacks,
+    ``wait``, ``as_completed``). ``cancel()`` cancels the job in the database,
+    so no executor anywhere runs it later; it returns False once the job has
+    been claimed or has finished.
+    """
+
+    def __init__(self, job_id: int, canceller: Callable[[int], bool] | None = None, identity: Any = None) -> None:
+        super().__init__()
+        #: The id of the job's row in the ``jobs`` table.
+        self.job_id: int = job_id
+        self._canceller = canceller
+        # Which database and prefix the job lives in: a future is a valid
+        # dependency only for executors on the same tables.
+        self._identity = identity
+
+    def __repr__(self) -> str:
+        return f"<JobFuture job_id={self.job_id} {super().__repr__()[1:-1].split(' ', 2)[-1]}>"
+
+    def cancel(self) -> bool:
+        """Cancel the job if it has not started; True if it is (now) cancelled."""
+        with self._condition:
+            if self._state in (CANCELLED, CANCELLED_AND_NOTIFIED):
+                return True
+            if self._state in (RUNNING, FINISHED):
+                return False
+        if self._canceller is None:
+            return super().cancel()
+        # The database decides: the executor resolves this future (and its
+        # dependents' futures) as cancelled when the conditional update wins.
+        self._canceller(self.job_id)
+        return self.cancelled()
+
+    def _cancel_local(self) -> None:
+        """Mark cancelled after the database said so; a running future gets ``CancelledError``."""
+        if not Future.cancel(self):
+            self._set_exception_quietly(CancelledError(f"job {self.job_id} was cancelled"))
+
+    def _set_result_quietly(self, value: Any) -> None:
+        try:
+            self.set_result(value)
+        except InvalidStateError:
+            pass  # cancelled or resolved by another path first; the row is the truth either way
+
+    def _set_exception_quietly(self, error: BaseException) -> None:
+        try:
+            self.set_exception(error)
+        except InvalidStateError:
+            pass
+
+    def _apply(self, state: str, blob: bytes | None) -> None:
+        """Resolve from a final row: ``done`` with its result, ``failed`` with its exception."""
+        if state == schema.DONE:
+            try:
+                value = serialization.loads(blob) if blob is not None else None
+            except Exception as error:  # the result's class is not importable in this process
+                self._set_exception_quietly(error)
+            else:
+                self._set_result_quietly(value)
+        elif state == schema.FAILED:
+            self._set_exception_quietly(
+                serialization.load_exception(blob) if blob else RuntimeError(f"job {self.job_id} failed")
+            )
+        elif state == schema.CANCELLED:
+            self._cancel_local()

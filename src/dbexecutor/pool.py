@@ -1,0 +1,110 @@
+"""Starting, watching and killing the child processes (parent side).
+
+Children are plain ``multiprocessing`` processes the scheduler starts itself,
+not a wrapped ``ProcessPoolExecutor``: one dead child costs one job, never the
+pool. Each child gets a duplex pipe for jobs and results, and a one-way
+"lifeline" pipe that the parent never writes to: when the parent dies the
+lifeline closes and the child's heartbeat thread ends the child.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from multiprocessing.context import BaseContext
+from typing import Any, Callable
+
+import psutil
+
+from .child import child_main
+
+__all__ = ["Child", "start_child", "kill_tree", "describe_exit", "default_context"]
+
+
+def default_context() -> BaseContext:
+    """``forkserver`` where available, else ``spawn``: the parent has threads, so plain fork is unsafe."""
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+@dataclass(eq=False)
+class Child:
+    """One child process and what it is doing."""
+
+    process: Any  # multiprocessing.Process from the chosen context
+    conn: Connection
+    lifeline: Connection  # the write end, kept open while the parent lives
+    job: tuple[int, int] | None = None  # (job_id, attempt) being run
+    dispatched_at: float = 0.0  # wall clock, for the attempts table
+    started_job: float = 0.0  # monotonic dispatch time, for the timeout
+    deadline: float | None = None  # monotonic time past which the job is killed
+    tasks: int = 0
+    retiring: bool = False
+
+    @property
+    def pid(self) -> int:
+        return int(self.process.pid)
+
+    @property
+    def busy(self) -> bool:
+        return self.job is not None
+
+
+def start_child(
+    ctx: BaseContext,
+    url: str,
+    prefix: str,
+    heartbeat_interval: float,
+    lease_ttl: float,
+    initializer: Callable[..., Any] | None,
+    initargs: tuple[Any, ...],
+) -> Child:
+    """Start a child process that waits for jobs on its pipe."""
+    parent_conn, child_conn = ctx.Pipe(duplex=True)
+    life_r, life_w = ctx.Pipe(duplex=False)
+    process = ctx.Process(  # type: ignore[attr-defined]
+        target=child_main,
+        args=(child_conn, life_r, url, prefix, heartbeat_interval, lease_ttl, initializer, initargs),
+        name="dbexecutor-child",
+        daemon=True,
+    )
+    process.start()
+    # The child has its own copies now; closing ours makes EOF mean "the other side died".
+    child_conn.close()
+    life_r.close()
+    return Child(process, parent_conn, life_w)
+
+
+def kill_tree(pid: int, grace: float = 1.0) -> None:
+    """Terminate ``pid`` and every descendant, then kill whatever outlives ``grace`` seconds."""
+    try:
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        return
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``signal 9 (SIGKILL)`` or ``exit code 3``: how a child ended, for errors and attempts."""
+    if exitcode is None:
+        return "unknown exit"
+    if exitcode < 0:
+        try:
+            return f"signal {-exitcode} ({signal.Signals(-exitcode).name})"
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"

@@ -1,0 +1,443 @@
+"""The tick loop: reclaim → claim → dispatch → collect → finalize → resolve.
+
+One thread per executor runs it. It holds no reference to the executor (as
+CPython's management thread holds only a weakref), so dropping the executor
+shuts it down::
+
+    submit() ──insert row──► DB ◄──claim── scheduler thread ──(id, attempt, payload)──► child
+       │                      ▲                  │  ▲                                   │
+       └─ JobFuture ◄─resolve─┼──── finish ──────┘  └──────── ("result", ...) ──────────┘
+                              └──── poll: futures whose jobs another process finished
+
+The in-memory state here (futures, which child runs what) is a cache: the
+rows are the truth, and every write is guarded by the attempt token.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from multiprocessing.connection import wait as mp_wait
+from multiprocessing.context import BaseContext
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+
+from . import serialization
+from .errors import JobTimeoutError, WorkerDied
+from .future import JobFuture
+from .pool import Child, describe_exit, kill_tree, start_child
+from .store import Claimed, Final, Report, Store, worker_name
+
+log = logging.getLogger("dbexecutor")
+
+_IN_POLL = 500  # ids checked per remote poll
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Executor-wide settings the loop needs."""
+
+    max_workers: int
+    mp_context: BaseContext
+    initializer: Callable[..., Any] | None
+    initargs: tuple[Any, ...]
+    max_tasks_per_child: int | None
+    lease_ttl: float
+    heartbeat_interval: float
+    timeout: float | None
+    retry_delay: float
+    poll_interval: float
+    kill_grace: float = 1.0
+
+
+# Interpreter shutdown, as in concurrent.futures.process: stop taking work and
+# let every loop finish what it has before the interpreter tears down.
+_global_shutdown = False
+_live: weakref.WeakSet[Scheduler] = weakref.WeakSet()
+
+
+def _python_exit() -> None:
+    global _global_shutdown
+    _global_shutdown = True
+    for sched in list(_live):
+        sched.request_shutdown()
+    for sched in list(_live):
+        sched.join()
+
+
+threading._register_atexit(_python_exit)  # type: ignore[attr-defined]
+
+
+def interpreter_shutting_down() -> bool:
+    """True once the interpreter has started to exit."""
+    return _global_shutdown
+
+
+class Scheduler:
+    """Runs the jobs of one database in child processes and resolves this process's futures."""
+
+    def __init__(self, store: Store, child_url: str, settings: Settings) -> None:
+        self.store = store
+        self.s = settings
+        self._child_url = child_url  # with the password: children connect on their own
+        self.owner = worker_name(os.getpid())
+        self.lock = threading.RLock()
+        self._futures: weakref.WeakValueDictionary[int, JobFuture[Any]] = weakref.WeakValueDictionary()
+        self._outstanding: set[int] = set()  # jobs shutdown(wait=True) waits for
+        self._children: list[Child] = []
+        self._retired: list[Child] = []
+        self._reports: list[Report] = []  # collected but not yet written (kept across a database outage)
+        self._shutdown = False
+        self.broken: str | None = None
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._poll_cursor = -1
+        self._next_poll = 0.0
+        self._next_reclaim = 0.0
+        self._thread = threading.Thread(target=self._run, name="dbexecutor-scheduler", daemon=True)
+        _live.add(self)
+        self._thread.start()
+
+    # -- called from user threads --------------------------------------------
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutdown
+
+    def wake(self) -> None:
+        """Make the loop run a tick now (a submit, a cancel, a shutdown)."""
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError as error:  # pipe full: a wake-up is already pending; closed: loop is gone
+            if error.errno not in (errno.EAGAIN, errno.EBADF):
+                raise
+
+    def track(self, job_id: int, outstanding: bool = True) -> JobFuture[Any]:
+        """The future of ``job_id`` (one per job per process), resolved when the job ends. Hold ``lock``."""
+        fut = self._futures.get(job_id)
+        if fut is None:
+            fut = JobFuture(job_id, self.cancel_job, self.store.identity)
+            self._futures[job_id] = fut
+        if outstanding:
+            self._outstanding.add(job_id)
+        return fut
+
+    def resolve(self, final: Final) -> None:
+        """Apply a final row to this process's future of that job, if it has one."""
+        with self.lock:
+            fut = self._futures.pop(final.job_id, None)
+            self._outstanding.discard(final.job_id)
+        if fut is not None:
+            fut._apply(final.state, final.result)
+
+    def cancel_job(self, job_id: int) -> bool:
+        """Cancel one job in the database (and its dependents); True if it was cancelled."""
+        return job_id in self.cancel_jobs([job_id])
+
+    def cancel_jobs(self, job_ids: Sequence[int]) -> set[int]:
+        """Cancel the jobs that have not started, with everything downstream; return the ids cancelled."""
+        if not job_ids:
+            return set()
+        finals = self.store.cancel(job_ids, time.time())
+        for final in finals:
+            self.resolve(final)
+        return {f.job_id for f in finals}
+
+    def request_shutdown(self, cancel_futures: bool = False) -> None:
+        """Stop taking new work; the loop ends once this process's jobs are finished."""
+        with self.lock:
+            self._shutdown = True
+            pending = sorted(self._outstanding) if cancel_futures else []
+        if pending:
+            self.cancel_jobs(pending)
+        self.wake()
+
+    def join(self, timeout: float | None = None) -> None:
+        """Wait for the loop to end."""
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
+    # -- the loop -------------------------------------------------------------
+
+    def _run(self) -> None:
+        backoff = 0.0
+        try:
+            while not self._finished():
+                try:
+                    self._tick(backoff)
+                    if backoff:
+                        log.warning("database reachable again; carrying on")
+                    backoff = 0.0
+                except DBAPIError as error:
+                    # The server restarting or a dropped connection: nothing in
+                    # memory is lost (unwritten reports are kept), so wait and retry.
+                    backoff = min(max(backoff * 2, 0.1), 5.0)
+                    log.warning("database error in the scheduler (%s); retrying in %.1f s", _short(error), backoff)
+        except BaseException:
+            log.exception("the dbexecutor scheduler stopped on an unexpected error")
+            self._break("the scheduler thread stopped on an unexpected error; see the log")
+        finally:
+            self._stop_children()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+    def _finished(self) -> bool:
+        with self.lock:
+            if not self._shutdown and self.broken is None:
+                return False
+            if self.broken is None and self._outstanding:
+                return False
+        return not self._reports and not any(c.busy for c in self._children)
+
+    def _tick(self, backoff: float) -> None:
+        self._wait(backoff)
+        if self._retired:  # reap children that exited after max_tasks_per_child
+            for c in [c for c in self._retired if not c.process.is_alive()]:
+                self._retired.remove(c)
+                _close(c)
+        self._check_timeouts()
+        if self._reports:
+            self._flush_reports()
+        now = time.monotonic()
+        if now >= self._next_reclaim:
+            self._next_reclaim = now + min(self.s.lease_ttl / 2, 5.0)
+            reclaimed = self.store.reclaim_expired(time.time())
+            if reclaimed:
+                log.warning("reclaimed %d job(s) whose lease expired: %s", len(reclaimed), reclaimed[:20])
+        self._claim_and_dispatch()
+        if now >= self._next_poll:
+            self._next_poll = now + self.s.poll_interval
+            self._poll_remote()
+
+    def _wait(self, backoff: float) -> None:
+        now = time.monotonic()
+        timeout = min(self.s.poll_interval, max(0.0, self._next_reclaim - now))
+        for c in self._children:
+            if c.deadline is not None:
+                timeout = min(timeout, max(0.0, c.deadline - now))
+        if backoff:
+            timeout = backoff
+        objs: list[Any] = [self._wake_r]
+        for c in self._children:
+            objs += [c.conn, c.process.sentinel]
+        ready = set(mp_wait(objs, timeout))
+        if self._wake_r in ready:
+            try:
+                os.read(self._wake_r, 4096)
+            except BlockingIOError:
+                pass
+        for c in list(self._children):
+            if c.conn in ready:
+                self._receive(c)
+            elif c.process.sentinel in ready:
+                self._child_died(c)
+
+    def _receive(self, c: Child) -> None:
+        while True:
+            try:
+                if not c.conn.poll():
+                    return
+                msg = c.conn.recv()
+            except (EOFError, OSError):
+                self._child_died(c)
+                return
+            if msg[0] == "result":
+                _, job_id, attempt, ok, blob, error, started, ended = msg
+                self._reports.append(
+                    Report(
+                        job_id,
+                        attempt,
+                        ok,
+                        blob,
+                        "ok" if ok else "exception",
+                        error,
+                        worker_name(c.pid),
+                        started,
+                        ended,
+                        self.s.retry_delay,
+                    )
+                )
+                log.debug("job %d attempt %d ended (%s) in child %d", job_id, attempt, "ok" if ok else error, c.pid)
+                c.job, c.deadline = None, None
+                c.tasks += 1
+                if self.s.max_tasks_per_child and c.tasks >= self.s.max_tasks_per_child:
+                    self._retire(c)
+                    return
+            elif msg[0] == "init_error":
+                _, text, tb = msg
+                log.error("a child process failed to initialize: %s%s", text, tb)
+                self._break(f"A child process terminated abruptly: its initializer raised {text}")
+                self._remove(c)
+                return
+
+    def _retire(self, c: Child) -> None:
+        c.retiring = True
+        try:
+            c.conn.send(None)
+        except OSError:
+            pass
+        self._remove(c)
+        self._retired.append(c)
+
+    def _remove(self, c: Child) -> None:
+        if c in self._children:
+            self._children.remove(c)
+
+    def _child_died(self, c: Child) -> None:
+        c.process.join(1.0)
+        how = describe_exit(c.process.exitcode)
+        self._remove(c)
+        _close(c)
+        if c.job is None:
+            log.warning("idle child %d exited (%s); a new one starts when needed", c.pid, how)
+            return
+        job_id, attempt = c.job
+        log.warning("child %d died (%s) while running job %d attempt %d", c.pid, how, job_id, attempt)
+        error = WorkerDied(f"the child process (pid {c.pid}) running job {job_id} died with {how}")
+        self._reports.append(self._failure(c, error, how))
+
+    def _check_timeouts(self) -> None:
+        now = time.monotonic()
+        for c in list(self._children):
+            if c.job is None or c.deadline is None or c.deadline > now:
+                continue
+            job_id, attempt = c.job
+            log.warning("job %d attempt %d passed its timeout; killing child %d and its subprocesses", job_id, attempt, c.pid)
+            kill_tree(c.pid, self.s.kill_grace)
+            self._remove(c)
+            _close(c)
+            limit = c.deadline - c.started_job
+            error = JobTimeoutError(f"job {job_id} ran past its timeout of {limit:g} s; its process tree was killed")
+            self._reports.append(self._failure(c, error, "timeout"))
+
+    def _failure(self, c: Child, error: BaseException, outcome: str) -> Report:
+        assert c.job is not None
+        job_id, attempt = c.job
+        return Report(
+            job_id,
+            attempt,
+            False,
+            serialization.dump_exception(error),
+            outcome,
+            f"{type(error).__name__}: {error}",
+            worker_name(c.pid),
+            c.dispatched_at,
+            time.time(),
+            self.s.retry_delay,
+        )
+
+    def _flush_reports(self) -> None:
+        done = self.store.finish(self._reports, time.time())
+        self._reports = []
+        for jid in done.lost:
+            log.warning("job %d: this attempt lost its lease (reclaimed elsewhere); its outcome was discarded", jid)
+        for jid in done.retried:
+            log.info("job %d failed and will be retried", jid)
+        for final in done.finals:
+            self.resolve(final)
+
+    def _claim_and_dispatch(self) -> None:
+        with self.lock:
+            if self.broken is not None or (self._shutdown and not self._outstanding):
+                return
+        idle = [c for c in self._children if not c.busy]
+        free = len(idle) + self.s.max_workers - len(self._children)
+        if free <= 0:
+            return
+        for job in self.store.claim(self.owner, free, self.s.lease_ttl, time.time()):
+            child = idle.pop() if idle else self._spawn()
+            self._dispatch(child, job)
+
+    def _spawn(self) -> Child:
+        c = start_child(
+            self.s.mp_context,
+            self._child_url,
+            self.store.prefix,
+            self.s.heartbeat_interval,
+            self.s.lease_ttl,
+            self.s.initializer,
+            self.s.initargs,
+        )
+        self._children.append(c)
+        log.debug("started child %d", c.pid)
+        return c
+
+    def _dispatch(self, c: Child, job: Claimed) -> None:
+        with self.lock:
+            fut = self._futures.get(job.job_id)
+        if fut is not None and not fut.running():
+            try:
+                fut.set_running_or_notify_cancel()
+            except RuntimeError:
+                pass  # already resolved by another path; the row decides
+        timeout = job.timeout if job.timeout is not None else self.s.timeout
+        c.job = (job.job_id, job.attempt)
+        c.dispatched_at = time.time()
+        c.started_job = time.monotonic()
+        c.deadline = c.started_job + timeout if timeout else None
+        log.debug("job %d (%s) attempt %d -> child %d", job.job_id, job.fn_name, job.attempt, c.pid)
+        try:
+            c.conn.send((job.job_id, job.attempt, job.payload))
+        except OSError:
+            pass  # the child is dead: its sentinel fires next tick and the job is reported there
+
+    def _poll_remote(self) -> None:
+        """Resolve futures whose jobs another process finished, ``_IN_POLL`` ids per tick, round robin."""
+        running_here = {c.job[0] for c in self._children if c.job is not None}
+        with self.lock:
+            watched = (self._outstanding | set(self._futures.keys())) - running_here
+        if not watched:
+            return
+        ids = sorted(i for i in watched if i > self._poll_cursor)[:_IN_POLL]
+        if len(ids) < _IN_POLL:
+            ids += sorted(watched)[: _IN_POLL - len(ids)]
+            self._poll_cursor = -1
+        else:
+            self._poll_cursor = ids[-1]
+        for final in self.store.finals(sorted(set(ids))):
+            self.resolve(final)
+
+    def _break(self, reason: str) -> None:
+        """An initializer failed: fail this process's futures (the rows stay for other executors)."""
+        with self.lock:
+            self.broken = reason
+            futures = [self._futures.pop(i, None) for i in list(self._futures.keys())]
+            self._outstanding.clear()
+        for fut in futures:
+            if fut is not None:
+                fut._set_exception_quietly(BrokenProcessPool(reason))
+
+    def _stop_children(self) -> None:
+        for c in self._children:
+            if not c.busy:
+                try:
+                    c.conn.send(None)
+                except OSError:
+                    pass
+        for c in self._children + self._retired:
+            c.process.join(2.0)
+            if c.process.is_alive():
+                kill_tree(c.pid, self.s.kill_grace)
+            _close(c)
+        self._children, self._retired = [], []
+
+
+def _close(c: Child) -> None:
+    for conn in (c.conn, c.lifeline):
+        try:
+            conn.close()
+        except OSError:
+            pass
+
+
+def _short(error: DBAPIError) -> str:
+    text = str(error.orig) if error.orig is not None else str(error)
+    return text.strip().splitlines()[0][:200] if text.strip() else type(error).__name__

@@ -1,0 +1,161 @@
+"""Tables, indexes, job states and the schema version. Nothing else.
+
+``jobs`` holds one row per submitted job; ``job_deps`` the dependency edges
+(``job_id`` waits for ``depends_on_id``); ``attempts`` one row per run of a job;
+``meta`` the schema version. Every name carries the store's table prefix, so
+the tables can live inside an application's own database.
+
+Readiness is kept on the row: ``open_deps`` counts the upstream jobs that are
+not done yet, and a job moves from ``waiting`` to ``ready`` in the transaction
+that finishes its last upstream. The claim therefore reads only ``ready`` rows
+through the ready index and never walks the DAG.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects import mysql
+
+SCHEMA_VERSION = 1
+
+# Job states.
+WAITING = "waiting"  # some upstream job is not done yet
+READY = "ready"  # runnable once run_after has passed
+LEASED = "leased"  # claimed by an executor; a child is about to run it
+RUNNING = "running"  # a child has been running it for a moment (set by its heartbeat)
+DONE = "done"
+FAILED = "failed"
+CANCELLED = "cancelled"
+
+ACTIVE_STATES = (LEASED, RUNNING)
+FINAL_STATES = (DONE, FAILED, CANCELLED)
+PENDING_STATES = (WAITING, READY)
+ALL_STATES = (WAITING, READY, LEASED, RUNNING, DONE, FAILED, CANCELLED)
+
+_PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,29}$")
+
+# BIGINT ids everywhere but SQLite, whose autoincrement needs INTEGER PRIMARY KEY.
+_Id = BigInteger().with_variant(Integer(), "sqlite")
+# MySQL's BLOB stops at 64 KiB; payloads and results can be much larger.
+_Blob = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
+_Text = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+
+
+def validate_prefix(prefix: str) -> str:
+    """Return ``prefix`` if it is a safe table-name prefix, else raise ``ValueError``."""
+    if prefix and not _PREFIX_RE.match(prefix):
+        raise ValueError(
+            f"table prefix {prefix!r} must start with a letter or underscore and hold at most "
+            "30 letters, digits or underscores"
+        )
+    return prefix
+
+
+@dataclass(frozen=True)
+class Tables:
+    """The four tables of one store, bound to one prefix."""
+
+    metadata: MetaData
+    jobs: Table
+    deps: Table
+    attempts: Table
+    meta: Table
+
+
+def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
+    """Build the table definitions for ``prefix``.
+
+    ``partial_indexes`` says whether the database supports ``CREATE INDEX ... WHERE``;
+    without it the ready index becomes a composite index led by ``state``.
+    """
+    validate_prefix(prefix)
+    md = MetaData()
+    opts = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mariadb_engine": "InnoDB", "mariadb_charset": "utf8mb4"}
+    jobs = Table(
+        f"{prefix}jobs",
+        md,
+        Column("id", _Id, primary_key=True, autoincrement=True),
+        Column("state", String(16), nullable=False),
+        Column("fn_name", String(255), nullable=False),
+        Column("payload", _Blob, nullable=False),
+        Column("result", _Blob, nullable=True),  # pickled result or exception
+        Column("error", _Text, nullable=True),  # "Type: message" of the final exception, for people
+        Column("job_key", String(255), nullable=True),
+        Column("group_key", String(255), nullable=False, server_default="default"),
+        Column("weight", Integer, nullable=False, server_default="1"),
+        Column("priority", Integer, nullable=False, server_default="0"),
+        Column("timeout", Double, nullable=True),
+        Column("retries", Integer, nullable=False, server_default="0"),
+        Column("attempt", Integer, nullable=False, server_default="0"),  # the fencing token
+        Column("open_deps", Integer, nullable=False, server_default="0"),
+        Column("lease_owner", String(255), nullable=True),
+        Column("lease_expires", Double, nullable=True),
+        Column("run_after", Double, nullable=True),
+        Column("submitted_by", String(64), nullable=True),
+        Column("created_at", Double, nullable=False),
+        Column("started_at", Double, nullable=True),
+        Column("finished_at", Double, nullable=True),
+        UniqueConstraint("job_key", name=f"{prefix}uq_jobs_key"),
+        **opts,
+    )
+    if partial_indexes:
+        Index(
+            f"{prefix}ix_jobs_ready",
+            jobs.c.priority.desc(),
+            jobs.c.id,
+            postgresql_where=text("state = 'ready'"),
+            sqlite_where=text("state = 'ready'"),
+        )
+    else:
+        Index(f"{prefix}ix_jobs_ready", jobs.c.state, jobs.c.priority.desc(), jobs.c.id)
+    # Reclaim looks for expired leases among leased/running rows.
+    Index(f"{prefix}ix_jobs_lease", jobs.c.state, jobs.c.lease_expires)
+    deps = Table(
+        f"{prefix}job_deps",
+        md,
+        Column("job_id", _Id, ForeignKey(f"{prefix}jobs.id"), nullable=False),
+        Column("depends_on_id", _Id, ForeignKey(f"{prefix}jobs.id"), nullable=False),
+        PrimaryKeyConstraint("job_id", "depends_on_id", name=f"{prefix}pk_job_deps"),
+        Index(f"{prefix}ix_job_deps_up", "depends_on_id"),
+        **opts,
+    )
+    attempts = Table(
+        f"{prefix}attempts",
+        md,
+        Column("id", _Id, primary_key=True, autoincrement=True),
+        Column("job_id", _Id, ForeignKey(f"{prefix}jobs.id"), nullable=False),
+        Column("attempt", Integer, nullable=False),
+        Column("worker", String(255), nullable=True),  # host:pid of the child
+        Column("started_at", Double, nullable=True),
+        Column("ended_at", Double, nullable=False),
+        Column("outcome", String(64), nullable=False),  # ok, exception, timeout, signal 9, exit code 3, lease lost...
+        Column("detail", _Text, nullable=True),
+        Index(f"{prefix}ix_attempts_job", "job_id", "attempt"),
+        **opts,
+    )
+    meta = Table(
+        f"{prefix}meta",
+        md,
+        Column("name", String(64), primary_key=True),
+        Column("value", String(255), nullable=False),
+        **opts,
+    )
+    return Tables(md, jobs, deps, attempts, meta)

@@ -1,0 +1,597 @@
+"""Every statement dbexecutor runs, as one typed method per operation.
+
+This is the only module that opens transactions. Each state change is a
+conditional ``UPDATE``: a running attempt's heartbeat and finalize are guarded
+by ``(id, attempt)`` and an active state, so an attempt that lost its lease
+(reclaimed, timed out) changes nothing when it reports late. Readiness,
+failure propagation and cancellation of dependents happen in the transaction
+that finishes the upstream job, so the claim only ever reads ``ready`` rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import random
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from sqlalchemy import (
+    Connection,
+    case,
+    create_engine,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchModuleError, OperationalError
+
+from . import schema, serialization
+from .dialects import Dialect, resolve
+from .errors import ConfigurationError, DatabaseUnavailable, SchemaVersionError
+
+__all__ = ["Store", "NewJob", "Submitted", "Claimed", "Report", "Final", "masked_url"]
+
+log = logging.getLogger("dbexecutor.store")
+T = TypeVar("T")
+
+_MAX_TXN_TRIES = 8
+_IN_CHUNK = 500  # ids per IN (...) list, well under every driver's parameter limit
+
+
+def masked_url(url: Any) -> str:
+    """The URL as text with its password replaced by ``***``."""
+    return url.render_as_string(hide_password=True)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """What ``submit`` hands the store: a pickled payload and the row's options."""
+
+    fn_name: str
+    payload: bytes
+    deps: tuple[int, ...]
+    key: str | None = None
+    group: str = "default"
+    weight: int = 1
+    priority: int = 0
+    timeout: float | None = None
+    retries: int = 0
+    run_after: float | None = None
+    submitted_by: str | None = None
+
+
+@dataclass(frozen=True)
+class Submitted:
+    """The row a submit produced, or found (``existing``) when its key was taken."""
+
+    job_id: int
+    state: str
+    result: bytes | None = None
+    existing: bool = False
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A job this executor now holds the lease of, with the token ``attempt``."""
+
+    job_id: int
+    attempt: int
+    payload: bytes
+    fn_name: str
+    timeout: float | None
+
+
+@dataclass(frozen=True)
+class Report:
+    """How one attempt ended, as the parent saw it."""
+
+    job_id: int
+    attempt: int
+    ok: bool
+    blob: bytes  # pickled result, or pickled exception
+    outcome: str  # ok, exception, timeout, signal 9, exit code 3, ...
+    error: str | None = None  # "Type: message", for people
+    worker: str | None = None
+    started_at: float | None = None
+    ended_at: float = 0.0
+    retry_delay: float = 1.0
+
+
+@dataclass(frozen=True)
+class Final:
+    """A job that reached a final state (``result`` holds the result or exception pickle)."""
+
+    job_id: int
+    state: str
+    result: bytes | None
+
+
+@dataclass
+class Finished:
+    """What a batch of reports changed: final rows, retried ids, ids whose lease was lost."""
+
+    finals: list[Final]
+    retried: list[int]
+    lost: list[int]
+    released: int = 0  # dependents that became ready
+
+
+def _chunks(ids: Sequence[int]) -> Iterable[Sequence[int]]:
+    for i in range(0, len(ids), _IN_CHUNK):
+        yield ids[i : i + _IN_CHUNK]
+
+
+class Store:
+    """The database behind one executor, worker or child: engine, tables and statements."""
+
+    def __init__(self, url: Any, prefix: str = "", *, create: bool = True, pool_size: int | None = None) -> None:
+        self.dialect: Dialect = resolve(url)
+        self.url = self.dialect.url
+        self.prefix = schema.validate_prefix(prefix)
+        self.tables = schema.make_tables(prefix, partial_indexes=self.dialect.supports_partial_indexes)
+        options = self.dialect.engine_options()
+        if pool_size is not None and "pool_size" in options:
+            options.update(pool_size=pool_size, max_overflow=pool_size)
+        try:
+            self.engine: Engine = create_engine(self.url, **options)
+        except (ModuleNotFoundError, ImportError, NoSuchModuleError) as error:
+            extra = self.dialect.extra
+            hint = f"pip install 'dbexecutor[{extra}]'" if extra else "check the installation"
+            raise ConfigurationError(f"the driver for {self.dialect.label} is not installed ({error}); {hint}") from None
+        self.dialect.setup_engine(self.engine)
+        self._connect_check()
+        if create:
+            self.ensure_schema()
+        j = self.tables.jobs
+        self._ready = j.c.state == literal_column(f"'{schema.READY}'")  # literal, so partial indexes apply
+        self._active = j.c.state.in_(schema.ACTIVE_STATES)
+
+    def __repr__(self) -> str:
+        return f"Store({masked_url(self.url)!r}, prefix={self.prefix!r})"
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self.engine.dispose()
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """Which database and table prefix this is (futures from the same one can be dependencies)."""
+        return (masked_url(self.url), self.prefix)
+
+    # -- plumbing -------------------------------------------------------------
+
+    def _connect_check(self) -> None:
+        url = self.url
+        try:
+            with self.engine.connect() as conn:
+                self.dialect.check_server(conn)
+        except OperationalError as error:
+            where = f"{url.host or 'localhost'}:{url.port or 'default port'}" if url.host or url.port else url.database
+            reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+            if url.password:
+                reason = reason.replace(url.password, "***")
+            self.engine.dispose()
+            raise DatabaseUnavailable(
+                f"cannot connect to {self.dialect.label} at {where} ({masked_url(url)}): {reason}"
+            ) from None
+
+    def _txn(self, work: Callable[[Connection], T], *, read_only: bool = False, tries: int = _MAX_TXN_TRIES) -> T:
+        """Run ``work`` in one transaction, again after a deadlock, busy database or lost connection."""
+        delay = 0.02
+        for attempt in itertools.count(1):
+            try:
+                with self.engine.connect() as conn:
+                    if read_only:
+                        conn.execution_options(dbexecutor_read_only=True)
+                    with conn.begin():
+                        return work(conn)
+            except DBAPIError as error:
+                if attempt >= tries or not self.dialect.is_transient(error):
+                    raise
+                log.info("transaction failed (%s), retry %d of %d", type(error.orig).__name__, attempt, tries - 1)
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    # -- schema ---------------------------------------------------------------
+
+    def ensure_schema(self) -> None:
+        """Create the tables if missing and check the recorded schema version.
+
+        Safe when several processes start at once: creation runs under a
+        database-wide lock (advisory lock, ``GET_LOCK`` or ``BEGIN IMMEDIATE``).
+        """
+        meta = self.tables.meta
+
+        def work(conn: Connection) -> None:
+            with self.dialect.schema_lock(conn, f"dbexecutor:{self.prefix}"):
+                self.tables.metadata.create_all(conn, checkfirst=True)
+                found = conn.execute(select(meta.c.value).where(meta.c.name == "schema_version")).scalar()
+                if found is None:
+                    conn.execute(insert(meta).values(name="schema_version", value=str(schema.SCHEMA_VERSION)))
+                elif int(found) > schema.SCHEMA_VERSION:
+                    raise SchemaVersionError(
+                        f"the tables with prefix {self.prefix!r} have schema version {found}, but this "
+                        f"dbexecutor knows only up to {schema.SCHEMA_VERSION}; upgrade dbexecutor"
+                    )
+
+        self._txn(work)
+
+    def drop_schema(self) -> None:
+        """Drop this prefix's tables (tests and tooling)."""
+        self.tables.metadata.drop_all(self.engine, checkfirst=True)
+
+    # -- submit ---------------------------------------------------------------
+
+    def insert_job(self, job: NewJob, now: float) -> Submitted:
+        """Insert one job and its edges; with a taken key, return the existing job instead.
+
+        The upstream rows are locked while the edges are written, so an
+        upstream cannot finish between "count open dependencies" and "insert
+        edges" and leave this job waiting forever.
+        """
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> Submitted:
+            if job.key is not None:
+                found = self._by_key(conn, job.key)
+                if found is not None:
+                    return found
+            state, result, error, finished = schema.READY, None, None, None
+            open_deps = 0
+            if job.deps:
+                stmt = select(j.c.id, j.c.state, j.c.result).where(j.c.id.in_(job.deps)).order_by(j.c.id)
+                rows = conn.execute(self.dialect.for_update(stmt)).all()
+                missing = set(job.deps) - {r.id for r in rows}
+                if missing:
+                    raise ValueError(f"dependency job(s) {sorted(missing)} do not exist in this database")
+                for r in rows:
+                    if r.state == schema.FAILED:
+                        state, result, finished = schema.FAILED, serialization.dependency_failure(r.id, r.result), now
+                        error = f"DependencyFailed: upstream job {r.id} failed"
+                        break
+                    if r.state == schema.CANCELLED:
+                        state, finished = schema.CANCELLED, now
+                        break
+                open_deps = sum(r.state != schema.DONE for r in rows)
+                if state == schema.READY and open_deps:
+                    state = schema.WAITING
+            job_id = conn.execute(
+                insert(j).values(
+                    state=state,
+                    fn_name=job.fn_name,
+                    payload=job.payload,
+                    result=result,
+                    error=error,
+                    job_key=job.key,
+                    group_key=job.group,
+                    weight=job.weight,
+                    priority=job.priority,
+                    timeout=job.timeout,
+                    retries=job.retries,
+                    open_deps=open_deps,
+                    run_after=job.run_after,
+                    submitted_by=job.submitted_by,
+                    created_at=now,
+                    finished_at=finished,
+                )
+            ).inserted_primary_key[0]
+            if job.deps:
+                conn.execute(insert(self.tables.deps), [{"job_id": job_id, "depends_on_id": d} for d in job.deps])
+            return Submitted(int(job_id), state, result)
+
+        try:
+            return self._txn(work)
+        except IntegrityError:
+            if job.key is None:
+                raise
+            # Another process inserted the same key between our lookup and insert.
+            found = self._txn(lambda conn: self._by_key(conn, job.key), read_only=True)  # type: ignore[arg-type]
+            if found is None:
+                raise
+            return found
+
+    def _by_key(self, conn: Connection, key: str) -> Submitted | None:
+        j = self.tables.jobs
+        row = conn.execute(select(j.c.id, j.c.state, j.c.result).where(j.c.job_key == key)).first()
+        if row is None:
+            return None
+        return Submitted(int(row.id), row.state, row.result if row.state in schema.FINAL_STATES else None, True)
+
+    # -- claim and leases -----------------------------------------------------
+
+    def claim(self, owner: str, limit: int, ttl: float, now: float) -> list[Claimed]:
+        """Lease up to ``limit`` ready jobs in one transaction (highest priority, then oldest)."""
+        if limit <= 0:
+            return []
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> list[Claimed]:
+            stmt = (
+                select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout)
+                .where(self._ready, or_(j.c.run_after.is_(None), j.c.run_after <= now))
+                .order_by(j.c.priority.desc(), j.c.id)
+                .limit(limit)
+            )
+            rows = conn.execute(self.dialect.for_claim(stmt)).all()
+            if not rows:
+                return []
+            conn.execute(
+                update(j)
+                .where(j.c.id.in_([r.id for r in rows]))
+                .values(
+                    state=schema.LEASED,
+                    attempt=j.c.attempt + 1,
+                    lease_owner=owner,
+                    lease_expires=now + ttl,
+                    started_at=now,
+                )
+            )
+            return [Claimed(int(r.id), r.attempt + 1, r.payload, r.fn_name, r.timeout) for r in rows]
+
+        return self._txn(work)
+
+    def heartbeat(self, job_id: int, attempt: int, ttl: float, now: float) -> bool:
+        """Renew the lease of ``(job_id, attempt)`` and mark it running; False if the lease is gone."""
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> bool:
+            res = conn.execute(
+                update(j)
+                .where(j.c.id == job_id, j.c.attempt == attempt, self._active)
+                .values(state=schema.RUNNING, lease_expires=now + ttl)
+            )
+            return res.rowcount == 1
+
+        return self._txn(work, tries=3)
+
+    def reclaim_expired(self, now: float) -> list[int]:
+        """Put jobs whose lease expired (their executor or child died) back to ``ready``."""
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> list[int]:
+            stmt = select(j.c.id, j.c.attempt, j.c.lease_owner, j.c.started_at).where(
+                self._active, j.c.lease_expires < now
+            )
+            rows = conn.execute(self.dialect.for_claim(stmt)).all()
+            if not rows:
+                return []
+            ids = [r.id for r in rows]
+            conn.execute(
+                update(j)
+                .where(j.c.id.in_(ids), self._active, j.c.lease_expires < now)
+                .values(state=schema.READY, lease_owner=None, lease_expires=None)
+            )
+            conn.execute(
+                insert(self.tables.attempts),
+                [
+                    {
+                        "job_id": r.id,
+                        "attempt": r.attempt,
+                        "worker": r.lease_owner,
+                        "started_at": r.started_at,
+                        "ended_at": now,
+                        "outcome": "lease expired",
+                        "detail": "no heartbeat before the lease expired; the job was put back to ready",
+                    }
+                    for r in rows
+                ],
+            )
+            return [int(i) for i in ids]
+
+        return self._txn(work)
+
+    # -- finalize -------------------------------------------------------------
+
+    def finish(self, reports: Sequence[Report], now: float) -> Finished:
+        """Record how a batch of attempts ended, in one transaction.
+
+        Per report: the result (or exception) and the final state are written
+        together, guarded by the attempt token; a failure with retries left goes
+        back to ``ready`` after a backoff. Dependents of jobs that finished are
+        released, failed or cancelled in the same transaction.
+        """
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> Finished:
+            out = Finished([], [], [])
+            attempt_rows = []
+            for rep in sorted(reports, key=lambda r: r.job_id):
+                guard = (j.c.id == rep.job_id, j.c.attempt == rep.attempt, self._active)
+                cleared = {"lease_owner": None, "lease_expires": None}
+                outcome = rep.outcome
+                if rep.ok:
+                    res = conn.execute(
+                        update(j)
+                        .where(*guard)
+                        .values(state=schema.DONE, result=rep.blob, error=None, finished_at=now, **cleared)
+                    )
+                    if res.rowcount == 1:
+                        out.finals.append(Final(rep.job_id, schema.DONE, rep.blob))
+                        out.released += self._release_dependents(conn, rep.job_id)
+                else:
+                    retry_at = now + rep.retry_delay * (2 ** max(rep.attempt - 1, 0)) * (0.75 + random.random() / 2)
+                    res = conn.execute(
+                        update(j)
+                        .where(*guard, j.c.retries >= rep.attempt)
+                        .values(state=schema.READY, error=rep.error, run_after=retry_at, **cleared)
+                    )
+                    if res.rowcount == 1:
+                        out.retried.append(rep.job_id)
+                    else:
+                        res = conn.execute(
+                            update(j)
+                            .where(*guard)
+                            .values(state=schema.FAILED, result=rep.blob, error=rep.error, finished_at=now, **cleared)
+                        )
+                        if res.rowcount == 1:
+                            out.finals.append(Final(rep.job_id, schema.FAILED, rep.blob))
+                            out.finals.extend(self._fail_dependents(conn, rep.job_id, rep.blob, now))
+                if res.rowcount != 1:
+                    out.lost.append(rep.job_id)
+                    outcome = f"lease lost ({outcome})"
+                attempt_rows.append(
+                    {
+                        "job_id": rep.job_id,
+                        "attempt": rep.attempt,
+                        "worker": rep.worker,
+                        "started_at": rep.started_at,
+                        "ended_at": rep.ended_at or now,
+                        "outcome": outcome[:64],
+                        "detail": rep.error,
+                    }
+                )
+            if attempt_rows:
+                conn.execute(insert(self.tables.attempts), attempt_rows)
+            return out
+
+        return self._txn(work)
+
+    def _dependents(self, conn: Connection, upstream: Sequence[int]) -> list[tuple[int, int]]:
+        d = self.tables.deps
+        pairs: list[tuple[int, int]] = []
+        for chunk in _chunks(list(upstream)):
+            pairs += conn.execute(select(d.c.job_id, d.c.depends_on_id).where(d.c.depends_on_id.in_(chunk))).all()
+        return [(int(a), int(b)) for a, b in pairs]
+
+    def _release_dependents(self, conn: Connection, job_id: int) -> int:
+        j = self.tables.jobs
+        ids = sorted({dep for dep, _ in self._dependents(conn, [job_id])})
+        released = 0
+        for chunk in _chunks(ids):
+            # state is assigned before open_deps: MySQL evaluates SET items left
+            # to right with the new values, PostgreSQL and SQLite with the old.
+            conn.execute(
+                update(j)
+                .where(j.c.id.in_(chunk), j.c.state == schema.WAITING)
+                .values(
+                    state=case((j.c.open_deps <= 1, schema.READY), else_=j.c.state),
+                    open_deps=j.c.open_deps - 1,
+                )
+            )
+            released += len(chunk)
+        return released
+
+    def _fail_dependents(self, conn: Connection, job_id: int, blob: bytes, now: float) -> list[Final]:
+        """Fail every job downstream of ``job_id`` with ``DependencyFailed``."""
+        j = self.tables.jobs
+        finals: list[Final] = []
+        frontier: dict[int, bytes] = {job_id: blob}
+        while frontier:
+            by_upstream: dict[int, list[int]] = {}
+            for dep, up in self._dependents(conn, list(frontier)):
+                by_upstream.setdefault(up, []).append(dep)
+            nxt: dict[int, bytes] = {}
+            for up, deps in sorted(by_upstream.items()):
+                error_blob = serialization.dependency_failure(up, frontier[up])
+                for chunk in _chunks(sorted(deps)):
+                    pending = select(j.c.id).where(j.c.id.in_(chunk), j.c.state.in_(schema.PENDING_STATES))
+                    hit = [int(i) for i in conn.execute(self.dialect.for_update(pending)).scalars()]
+                    if not hit:
+                        continue
+                    conn.execute(
+                        update(j)
+                        .where(j.c.id.in_(hit), j.c.state.in_(schema.PENDING_STATES))
+                        .values(
+                            state=schema.FAILED,
+                            result=error_blob,
+                            error=f"DependencyFailed: upstream job {up} failed",
+                            finished_at=now,
+                        )
+                    )
+                    for i in hit:
+                        finals.append(Final(i, schema.FAILED, error_blob))
+                        nxt[i] = error_blob
+            frontier = nxt
+        return finals
+
+    # -- cancel ---------------------------------------------------------------
+
+    def cancel(self, job_ids: Sequence[int], now: float) -> list[Final]:
+        """Cancel the given jobs that have not started, and everything downstream of them."""
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> list[Final]:
+            finals: list[Final] = []
+            frontier = sorted(set(job_ids))
+            while frontier:
+                hit: list[int] = []
+                for chunk in _chunks(frontier):
+                    pending = select(j.c.id).where(j.c.id.in_(chunk), j.c.state.in_(schema.PENDING_STATES))
+                    hit += [int(i) for i in conn.execute(self.dialect.for_update(pending)).scalars()]
+                for chunk in _chunks(hit):
+                    conn.execute(
+                        update(j)
+                        .where(j.c.id.in_(chunk), j.c.state.in_(schema.PENDING_STATES))
+                        .values(state=schema.CANCELLED, finished_at=now)
+                    )
+                finals += [Final(i, schema.CANCELLED, None) for i in hit]
+                frontier = sorted({dep for dep, _ in self._dependents(conn, hit)})
+            return finals
+
+        return self._txn(work)
+
+    # -- reads ----------------------------------------------------------------
+
+    def finals(self, job_ids: Sequence[int]) -> list[Final]:
+        """The given jobs that are in a final state, with their result or exception."""
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> list[Final]:
+            out: list[Final] = []
+            for chunk in _chunks(list(job_ids)):
+                rows = conn.execute(
+                    select(j.c.id, j.c.state, j.c.result).where(j.c.id.in_(chunk), j.c.state.in_(schema.FINAL_STATES))
+                ).all()
+                out += [Final(int(r.id), r.state, r.result) for r in rows]
+            return out
+
+        return self._txn(work, read_only=True)
+
+    def results(self, job_ids: Sequence[int]) -> dict[int, bytes]:
+        """Result pickles of done jobs (a child swaps them in for its ``JobRef`` arguments)."""
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> dict[int, bytes]:
+            rows = conn.execute(
+                select(j.c.id, j.c.result).where(j.c.id.in_(list(job_ids)), j.c.state == schema.DONE)
+            ).all()
+            return {int(r.id): r.result for r in rows}
+
+        return self._txn(work, read_only=True)
+
+    def job_state(self, job_id: int) -> str | None:
+        """The current state of one job, or None if there is no such job."""
+        j = self.tables.jobs
+        return self._txn(lambda c: c.execute(select(j.c.state).where(j.c.id == job_id)).scalar(), read_only=True)
+
+    def count_states(self) -> dict[str, int]:
+        """Number of jobs per state."""
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> dict[str, int]:
+            rows = conn.execute(select(j.c.state, func.count()).group_by(j.c.state)).all()
+            return {state: int(n) for state, n in rows}
+
+        return self._txn(work, read_only=True)
+
+    def unfinished(self) -> list[int]:
+        """Ids of every job that is not in a final state, oldest first."""
+        j = self.tables.jobs
+        return self._txn(
+            lambda c: [int(i) for i in c.execute(select(j.c.id).where(j.c.state.not_in(schema.FINAL_STATES)).order_by(j.c.id)).scalars()],
+            read_only=True,
+        )
+
+
+def worker_name(pid: int) -> str:
+    """``host:pid``, how attempts and leases name the process that holds them."""
+    return f"{socket.gethostname()}:{pid}"

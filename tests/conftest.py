@@ -1,0 +1,116 @@
+"""Test fixtures: every behavioural test runs on SQLite, PostgreSQL and MariaDB/MySQL.
+
+Each test gets its own tables: a fresh SQLite file, or a random table prefix on
+the shared PostgreSQL / MySQL test database, dropped afterwards.
+
+Servers are found through ``DBEXECUTOR_TEST_POSTGRESQL_URL`` and
+``DBEXECUTOR_TEST_MYSQL_URL`` (defaults: the loopback servers of the project's
+machines). ``DBEXECUTOR_TEST_DATABASES=sqlite,postgresql`` picks databases.
+An unreachable server skips its tests, except under ``CI=true``, where it fails them.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from dbexecutor import DBExecutor
+from dbexecutor.store import Store
+
+SERVERS = {
+    "postgresql": ("DBEXECUTOR_TEST_POSTGRESQL_URL", "postgresql://postgres@127.0.0.1:5432/test"),
+    "mariadb": ("DBEXECUTOR_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
+}
+ALL = ["sqlite", "postgresql", "mariadb"]
+_ALIASES = {"mysql": "mariadb", "pg": "postgresql", "postgres": "postgresql"}
+SELECTED = [
+    _ALIASES.get(x.strip(), x.strip())
+    for x in os.environ.get("DBEXECUTOR_TEST_DATABASES", ",".join(ALL)).split(",")
+    if x.strip()
+]
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+_reachable: dict[str, str | None] = {}
+
+# Settings that keep tests quick: fast polling, short leases.
+FAST = {"poll_interval": 0.05, "lease_ttl": 10.0}
+
+
+def server_url(kind: str) -> str:
+    """The URL of the server for ``kind`` (postgresql or mariadb), from the environment or the default."""
+    var, default = SERVERS[kind]
+    return os.environ.get(var) or default
+
+
+def _check(kind: str) -> None:
+    if kind not in _reachable:
+        url = server_url(kind)
+        try:
+            from dbexecutor.dialects import resolve
+
+            engine = create_engine(resolve(url).url, connect_args={"connect_timeout": 5})
+            with engine.connect() as conn:
+                conn.execute(text("SELECT 1"))
+            engine.dispose()
+            _reachable[kind] = None
+        except Exception as error:  # noqa: BLE001 - any failure means "not usable here"
+            _reachable[kind] = f"{type(error).__name__}: {str(error).splitlines()[0][:200]}"
+    reason = _reachable[kind]
+    if reason is not None:
+        var = SERVERS[kind][0]
+        msg = f"{kind} server not reachable ({reason}); set {var} to a reachable server to run these tests"
+        if IN_CI:
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+@dataclass
+class DB:
+    """One test's database: URL, table prefix, and the executors to clean up."""
+
+    kind: str
+    url: str
+    prefix: str
+    executors: list[DBExecutor] = field(default_factory=list)
+
+    def executor(self, max_workers: int = 2, **options: Any) -> DBExecutor:
+        """A ``DBExecutor`` on this test's tables, shut down after the test."""
+        ex = DBExecutor(self.url, max_workers, prefix=self.prefix, **{**FAST, **options})
+        self.executors.append(ex)
+        return ex
+
+    def store(self) -> Store:
+        """A store on this test's tables, for checking rows."""
+        return Store(self.url, self.prefix)
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """Keyword arguments that put a ``DBExecutor`` on this test's tables."""
+        return {"prefix": self.prefix, **FAST}
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "db" in metafunc.fixturenames:
+        metafunc.parametrize("db", [k for k in ALL if k in SELECTED], indirect=True)
+
+
+@pytest.fixture
+def db(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[DB]:
+    kind = request.param
+    if kind == "sqlite":
+        handle = DB(kind, f"sqlite:///{tmp_path / 'jobs.db'}", "")
+    else:
+        _check(kind)
+        handle = DB(kind, server_url(kind), f"t{uuid.uuid4().hex[:10]}_")
+    yield handle
+    for ex in handle.executors:
+        ex.shutdown(wait=True, cancel_futures=True)
+    if kind != "sqlite":
+        store = Store(handle.url, handle.prefix, create=False)
+        store.drop_schema()
+        store.close()

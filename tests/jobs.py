@@ -1,0 +1,93 @@
+"""Job functions for the tests: importable by name from the children."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from typing import Any
+
+
+def add(a: Any, b: Any) -> Any:
+    return a + b
+
+
+def identity(x: Any) -> Any:
+    return x
+
+
+def square(x: int) -> int:
+    return x * x
+
+
+def total(*xs: Any, **kw: Any) -> Any:
+    return sum(xs) + sum(kw.values())
+
+
+def echo_kwargs(**kw: Any) -> dict[str, Any]:
+    return kw
+
+
+def echo_args(*args: Any, **kw: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return args, kw
+
+
+class CustomError(Exception):
+    """An application exception type that must come back as itself."""
+
+
+def fail(message: str = "boom") -> None:
+    raise CustomError(message)
+
+
+def sleep(seconds: float, value: Any = None) -> Any:
+    time.sleep(seconds)
+    return value
+
+
+def pid() -> int:
+    return os.getpid()
+
+
+def ppid() -> int:
+    return os.getppid()
+
+
+def exit_now(code: int) -> None:
+    os._exit(code)
+
+
+def record(path: str, item: Any) -> Any:
+    """Append ``item`` to a file (one line per run), to count how often a job ran."""
+    with open(path, "a") as f:
+        f.write(f"{item}\n")
+    return item
+
+
+def wait_for_file(path: str, value: Any = None, timeout: float = 60.0) -> Any:
+    """Block until ``path`` exists (lets a test hold a job in the running state)."""
+    end = time.monotonic() + timeout
+    while not os.path.exists(path):
+        if time.monotonic() > end:
+            raise TimeoutError(path)
+        time.sleep(0.02)
+    return value
+
+
+_initialized: list[Any] = []
+
+
+def init(value: Any) -> None:
+    _initialized.append(value)
+
+
+def initialized() -> list[Any]:
+    return list(_initialized)
+
+
+def failing_init() -> None:
+    raise RuntimeError("initializer failed on purpose")
+
+
+def unpicklable_result() -> Any:
+    return threading.Lock()
