@@ -91,3 +91,45 @@ def failing_init() -> None:
 
 def unpicklable_result() -> Any:
     return threading.Lock()
+
+
+# -- added for the dependency, map/wait, shutdown, children and sharing tests --
+
+
+def sleep_record(path: str, item: Any, seconds: float) -> Any:
+    """Sleep, then append ``item`` to ``path`` (a slow upstream for ordering tests)."""
+    time.sleep(seconds)
+    return record(path, item)
+
+
+def timed(seconds: float, value: Any = None) -> tuple[float, float, Any]:
+    """Sleep and return (start, end, value) wall-clock times."""
+    start = time.time()
+    time.sleep(seconds)
+    return start, time.time(), value
+
+
+def sum_list(xs: Any) -> Any:
+    return sum(xs)
+
+
+def fail_on(x: Any, bad: Any) -> Any:
+    """Return ``x``, or raise ``CustomError`` when ``x == bad``."""
+    if x == bad:
+        raise CustomError(f"bad item {x}")
+    return x
+
+
+def fail_first_time(marker: str, value: Any) -> Any:
+    """Fail (and create ``marker``) on the first run, return ``value`` on later runs."""
+    if not os.path.exists(marker):
+        with open(marker, "w") as f:
+            f.write("1")
+        raise CustomError("first attempt fails")
+    return value
+
+
+def record_ppid(path: str, item: Any) -> tuple[Any, int, int]:
+    """Record ``item`` and return (item, parent pid, pid) of the child that ran it."""
+    record(path, item)
+    return item, os.getppid(), os.getpid()

@@ -204,15 +204,13 @@ class Scheduler:
                 self._retired.remove(c)
                 _close(c)
         self._check_timeouts()
-        if self._reports:
-            self._flush_reports()
         now = time.monotonic()
         if now >= self._next_reclaim:
             self._next_reclaim = now + min(self.s.lease_ttl / 2, 5.0)
             reclaimed = self.store.reclaim_expired(time.time())
             if reclaimed:
                 log.warning("reclaimed %d job(s) whose lease expired: %s", len(reclaimed), reclaimed[:20])
-        self._claim_and_dispatch()
+        self._finish_and_claim()
         if now >= self._next_poll:
             self._next_poll = now + self.s.poll_interval
             self._poll_remote()
@@ -334,27 +332,32 @@ class Scheduler:
             self.s.retry_delay,
         )
 
-    def _flush_reports(self) -> None:
-        done = self.store.finish(self._reports, time.time())
-        self._reports = []
-        for jid in done.lost:
-            log.warning("job %d: this attempt lost its lease (reclaimed elsewhere); its outcome was discarded", jid)
-        for jid in done.retried:
-            log.info("job %d failed and will be retried", jid)
-        for final in done.finals:
-            self.resolve(final)
-
-    def _claim_and_dispatch(self) -> None:
+    def _free_slots(self) -> int:
         with self.lock:
             if self.broken is not None or (self._shutdown and not self._outstanding):
-                return
-        idle = [c for c in self._children if not c.busy]
-        free = len(idle) + self.s.max_workers - len(self._children)
-        if free <= 0:
+                return 0
+        return self.s.max_workers - sum(c.busy for c in self._children)
+
+    def _finish_and_claim(self) -> None:
+        """Write the collected reports and claim work for idle slots, in one transaction."""
+        limit = self._free_slots()
+        now = time.time()
+        if self._reports:
+            done, claimed = self.store.finish_and_claim(self._reports, self.owner, limit, self.s.lease_ttl, now)
+            self._reports = []
+            for jid in done.lost:
+                log.warning("job %d: this attempt lost its lease (reclaimed elsewhere); its outcome was discarded", jid)
+            for jid in done.retried:
+                log.info("job %d failed and will be retried", jid)
+            for final in done.finals:
+                self.resolve(final)
+        elif limit > 0:
+            claimed = self.store.claim(self.owner, limit, self.s.lease_ttl, now)
+        else:
             return
-        for job in self.store.claim(self.owner, free, self.s.lease_ttl, time.time()):
-            child = idle.pop() if idle else self._spawn()
-            self._dispatch(child, job)
+        idle = [c for c in self._children if not c.busy]
+        for job in claimed:
+            self._dispatch(idle.pop() if idle else self._spawn(), job)
 
     def _spawn(self) -> Child:
         c = start_child(

@@ -312,32 +312,42 @@ class Store:
         """Lease up to ``limit`` ready jobs in one transaction (highest priority, then oldest)."""
         if limit <= 0:
             return []
-        j = self.tables.jobs
+        return self._txn(lambda conn: self._claim(conn, owner, limit, ttl, now))
 
-        def work(conn: Connection) -> list[Claimed]:
-            stmt = (
-                select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout)
-                .where(self._ready, or_(j.c.run_after.is_(None), j.c.run_after <= now))
-                .order_by(j.c.priority.desc(), j.c.id)
-                .limit(limit)
-            )
-            rows = conn.execute(self.dialect.for_claim(stmt)).all()
-            if not rows:
-                return []
-            conn.execute(
-                update(j)
-                .where(j.c.id.in_([r.id for r in rows]))
-                .values(
-                    state=schema.LEASED,
-                    attempt=j.c.attempt + 1,
-                    lease_owner=owner,
-                    lease_expires=now + ttl,
-                    started_at=now,
-                )
-            )
-            return [Claimed(int(r.id), r.attempt + 1, r.payload, r.fn_name, r.timeout) for r in rows]
+    def finish_and_claim(
+        self, reports: Sequence[Report], owner: str, limit: int, ttl: float, now: float
+    ) -> tuple[Finished, list[Claimed]]:
+        """:meth:`finish` and then :meth:`claim` in one transaction: one commit per scheduler tick."""
+
+        def work(conn: Connection) -> tuple[Finished, list[Claimed]]:
+            done = self._finish(conn, reports, now)
+            return done, (self._claim(conn, owner, limit, ttl, now) if limit > 0 else [])
 
         return self._txn(work)
+
+    def _claim(self, conn: Connection, owner: str, limit: int, ttl: float, now: float) -> list[Claimed]:
+        j = self.tables.jobs
+        stmt = (
+            select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout)
+            .where(self._ready, or_(j.c.run_after.is_(None), j.c.run_after <= now))
+            .order_by(j.c.priority.desc(), j.c.id)
+            .limit(limit)
+        )
+        rows = conn.execute(self.dialect.for_claim(stmt)).all()
+        if not rows:
+            return []
+        conn.execute(
+            update(j)
+            .where(j.c.id.in_([r.id for r in rows]))
+            .values(
+                state=schema.LEASED,
+                attempt=j.c.attempt + 1,
+                lease_owner=owner,
+                lease_expires=now + ttl,
+                started_at=now,
+            )
+        )
+        return [Claimed(int(r.id), r.attempt + 1, r.payload, r.fn_name, r.timeout) for r in rows]
 
     def heartbeat(self, job_id: int, attempt: int, ttl: float, now: float) -> bool:
         """Renew the lease of ``(job_id, attempt)`` and mark it running; False if the lease is gone."""
@@ -399,61 +409,60 @@ class Store:
         back to ``ready`` after a backoff. Dependents of jobs that finished are
         released, failed or cancelled in the same transaction.
         """
-        j = self.tables.jobs
+        return self._txn(lambda conn: self._finish(conn, reports, now))
 
-        def work(conn: Connection) -> Finished:
-            out = Finished([], [], [])
-            attempt_rows = []
-            for rep in sorted(reports, key=lambda r: r.job_id):
-                guard = (j.c.id == rep.job_id, j.c.attempt == rep.attempt, self._active)
-                cleared = {"lease_owner": None, "lease_expires": None}
-                outcome = rep.outcome
-                if rep.ok:
+    def _finish(self, conn: Connection, reports: Sequence[Report], now: float) -> Finished:
+        j = self.tables.jobs
+        out = Finished([], [], [])
+        attempt_rows = []
+        for rep in sorted(reports, key=lambda r: r.job_id):
+            guard = (j.c.id == rep.job_id, j.c.attempt == rep.attempt, self._active)
+            cleared = {"lease_owner": None, "lease_expires": None}
+            outcome = rep.outcome
+            if rep.ok:
+                res = conn.execute(
+                    update(j)
+                    .where(*guard)
+                    .values(state=schema.DONE, result=rep.blob, error=None, finished_at=now, **cleared)
+                )
+                if res.rowcount == 1:
+                    out.finals.append(Final(rep.job_id, schema.DONE, rep.blob))
+                    out.released += self._release_dependents(conn, rep.job_id)
+            else:
+                retry_at = now + rep.retry_delay * (2 ** max(rep.attempt - 1, 0)) * (0.75 + random.random() / 2)
+                res = conn.execute(
+                    update(j)
+                    .where(*guard, j.c.retries >= rep.attempt)
+                    .values(state=schema.READY, error=rep.error, run_after=retry_at, **cleared)
+                )
+                if res.rowcount == 1:
+                    out.retried.append(rep.job_id)
+                else:
                     res = conn.execute(
                         update(j)
                         .where(*guard)
-                        .values(state=schema.DONE, result=rep.blob, error=None, finished_at=now, **cleared)
+                        .values(state=schema.FAILED, result=rep.blob, error=rep.error, finished_at=now, **cleared)
                     )
                     if res.rowcount == 1:
-                        out.finals.append(Final(rep.job_id, schema.DONE, rep.blob))
-                        out.released += self._release_dependents(conn, rep.job_id)
-                else:
-                    retry_at = now + rep.retry_delay * (2 ** max(rep.attempt - 1, 0)) * (0.75 + random.random() / 2)
-                    res = conn.execute(
-                        update(j)
-                        .where(*guard, j.c.retries >= rep.attempt)
-                        .values(state=schema.READY, error=rep.error, run_after=retry_at, **cleared)
-                    )
-                    if res.rowcount == 1:
-                        out.retried.append(rep.job_id)
-                    else:
-                        res = conn.execute(
-                            update(j)
-                            .where(*guard)
-                            .values(state=schema.FAILED, result=rep.blob, error=rep.error, finished_at=now, **cleared)
-                        )
-                        if res.rowcount == 1:
-                            out.finals.append(Final(rep.job_id, schema.FAILED, rep.blob))
-                            out.finals.extend(self._fail_dependents(conn, rep.job_id, rep.blob, now))
-                if res.rowcount != 1:
-                    out.lost.append(rep.job_id)
-                    outcome = f"lease lost ({outcome})"
-                attempt_rows.append(
-                    {
-                        "job_id": rep.job_id,
-                        "attempt": rep.attempt,
-                        "worker": rep.worker,
-                        "started_at": rep.started_at,
-                        "ended_at": rep.ended_at or now,
-                        "outcome": outcome[:64],
-                        "detail": rep.error,
-                    }
-                )
-            if attempt_rows:
-                conn.execute(insert(self.tables.attempts), attempt_rows)
-            return out
-
-        return self._txn(work)
+                        out.finals.append(Final(rep.job_id, schema.FAILED, rep.blob))
+                        out.finals.extend(self._fail_dependents(conn, rep.job_id, rep.blob, now))
+            if res.rowcount != 1:
+                out.lost.append(rep.job_id)
+                outcome = f"lease lost ({outcome})"
+            attempt_rows.append(
+                {
+                    "job_id": rep.job_id,
+                    "attempt": rep.attempt,
+                    "worker": rep.worker,
+                    "started_at": rep.started_at,
+                    "ended_at": rep.ended_at or now,
+                    "outcome": outcome[:64],
+                    "detail": rep.error,
+                }
+            )
+        if attempt_rows:
+            conn.execute(insert(self.tables.attempts), attempt_rows)
+        return out
 
     def _dependents(self, conn: Connection, upstream: Sequence[int]) -> list[tuple[int, int]]:
         d = self.tables.deps
