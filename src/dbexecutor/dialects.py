@@ -10,6 +10,7 @@ class once, from the URL, before any connection is made.
 from __future__ import annotations
 
 import contextlib
+import os
 import zlib
 from collections.abc import Iterator
 from typing import Any, ClassVar
@@ -83,6 +84,10 @@ class SQLiteDialect(Dialect):
                 "an in-memory SQLite database cannot be shared with the child processes that run the jobs; "
                 "use a file, e.g. DBExecutor('sqlite:///jobs.db')"
             )
+        if not db.startswith("file:"):
+            # Children may start in another working directory (a forkserver
+            # keeps the one it started in): pin the file now.
+            self.url = url.set(database=os.path.abspath(db))
 
     def engine_options(self) -> dict[str, Any]:
         # The driver's own busy handler waits for the write lock; 30 s covers
