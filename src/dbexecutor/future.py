@@ -36,7 +36,13 @@ class JobFuture(Future, Generic[T]):  # type: ignore[type-arg]
         self._identity = identity
 
     def __repr__(self) -> str:
-        return f"<JobFuture job_id={self.job_id} {super().__repr__()[1:-1].split(' ', 2)[-1]}>"
+        with self._condition:
+            state = self._state.lower()
+            if self._state == FINISHED:
+                if self._exception is not None:
+                    return f"<JobFuture job_id={self.job_id} state={state} raised {type(self._exception).__name__}>"
+                return f"<JobFuture job_id={self.job_id} state={state} returned {type(self._result).__name__}>"
+            return f"<JobFuture job_id={self.job_id} state={state}>"
 
     def cancel(self) -> bool:
         """Cancel the job if it has not started; True if it is (now) cancelled."""
@@ -54,7 +60,10 @@ class JobFuture(Future, Generic[T]):  # type: ignore[type-arg]
 
     def _cancel_local(self) -> None:
         """Mark cancelled after the database said so; a running future gets ``CancelledError``."""
-        if not Future.cancel(self):
+        if Future.cancel(self):
+            # Move to CANCELLED_AND_NOTIFIED so wait() and as_completed() count it as done.
+            self.set_running_or_notify_cancel()
+        else:
             self._set_exception_quietly(CancelledError(f"job {self.job_id} was cancelled"))
 
     def _set_result_quietly(self, value: Any) -> None:

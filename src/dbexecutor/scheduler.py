@@ -274,6 +274,9 @@ class Scheduler:
                 log.error("a child process failed to initialize: %s%s", text, tb)
                 self._break(f"A child process terminated abruptly: its initializer raised {text}")
                 self._remove(c)
+                if c.job is not None:
+                    self.store.release(*c.job)  # the job never started: another executor may run it
+                    c.job = None
                 return
 
     def _retire(self, c: Child) -> None:

@@ -363,6 +363,20 @@ class Store:
 
         return self._txn(work, tries=3)
 
+    def release(self, job_id: int, attempt: int) -> bool:
+        """Give back a claimed job that never started (its child could not start); False if not held."""
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> bool:
+            res = conn.execute(
+                update(j)
+                .where(j.c.id == job_id, j.c.attempt == attempt, self._active)
+                .values(state=schema.READY, lease_owner=None, lease_expires=None)
+            )
+            return res.rowcount == 1
+
+        return self._txn(work)
+
     def reclaim_expired(self, now: float) -> list[int]:
         """Put jobs whose lease expired (their executor or child died) back to ``ready``."""
         j = self.tables.jobs
