@@ -12,6 +12,7 @@ An unreachable server skips its tests, except under ``CI=true``, where it fails 
 from __future__ import annotations
 
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ SELECTED = [
 ]
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 _reachable: dict[str, str | None] = {}
+_PARAM_RE = re.compile(r"\[(?:[^\]]*-)?(sqlite|postgresql|mariadb)(?:-[^\]]*)?\]")
 
 # Settings that keep tests quick: fast polling, short leases.
 FAST = {"poll_interval": 0.05, "lease_ttl": 10.0}
@@ -114,3 +116,22 @@ def db(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[DB]:
         store = Store(handle.url, handle.prefix, create=False)
         store.drop_schema()
         store.close()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Print how many tests passed, failed and skipped on each database."""
+    counts: dict[str, dict[str, int]] = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for report in terminalreporter.stats.get(outcome, []):
+            if outcome == "passed" and getattr(report, "when", "call") != "call":
+                continue
+            found = _PARAM_RE.search(getattr(report, "nodeid", ""))
+            if found:
+                per_db = counts.setdefault(found.group(1), {})
+                per_db[outcome] = per_db.get(outcome, 0) + 1
+    if counts:
+        terminalreporter.write_sep("-", "tests per database")
+        for kind in ALL:
+            if kind in counts:
+                parts = ", ".join(f"{n} {outcome}" for outcome, n in sorted(counts[kind].items()))
+                terminalreporter.write_line(f"{kind}: {parts}")
