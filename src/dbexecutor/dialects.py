@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from sqlalchemy import Select, event, text
 from sqlalchemy.engine import URL, Connection, Engine, make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from .errors import ConfigurationError
 
@@ -142,7 +142,10 @@ class PostgreSQLDialect(Dialect):
 
     def is_transient(self, error: DBAPIError) -> bool:
         code = getattr(error.orig, "sqlstate", None)
-        return super().is_transient(error) or code in self._TRANSIENT or (code or "").startswith("08")
+        if code is None:
+            # No SQLSTATE: the connection itself failed (refused while the server restarts, reset, ...).
+            return isinstance(error, OperationalError)
+        return super().is_transient(error) or code in self._TRANSIENT or code.startswith("08")
 
 
 class MySQLDialect(Dialect):
