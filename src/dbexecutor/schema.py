@@ -126,8 +126,10 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         )
     else:
         Index(f"{prefix}ix_jobs_ready", jobs.c.state, jobs.c.priority.desc(), jobs.c.id)
-    # Reclaim looks for expired leases among leased/running rows.
-    Index(f"{prefix}ix_jobs_lease", jobs.c.state, jobs.c.lease_expires)
+    # Reclaim looks for expired leases among leased/running rows. Partial where
+    # possible, so that no planner prefers it over the ready index for a claim.
+    active = text("state IN ('leased', 'running')")
+    Index(f"{prefix}ix_jobs_lease", jobs.c.state, jobs.c.lease_expires, postgresql_where=active, sqlite_where=active)
     deps = Table(
         f"{prefix}job_deps",
         md,

@@ -152,7 +152,7 @@ class Store:
             self.ensure_schema()
         j = self.tables.jobs
         self._ready = j.c.state == literal_column(f"'{schema.READY}'")  # literal, so partial indexes apply
-        self._active = j.c.state.in_(schema.ACTIVE_STATES)
+        self._active = j.c.state.in_([literal_column(f"'{s}'") for s in schema.ACTIVE_STATES])
 
     def __repr__(self) -> str:
         return f"Store({masked_url(self.url)!r}, prefix={self.prefix!r})"
