@@ -65,6 +65,13 @@ class Dialect:
         """Serialise schema creation between processes (inside ``conn``'s transaction)."""
         yield
 
+    explain_prefix: ClassVar[str] = "EXPLAIN "
+
+    def explain(self, conn: Connection, stmt: Select[Any]) -> list[str]:
+        """The query plan of ``stmt``, one text line per plan row."""
+        sql = str(stmt.compile(conn, compile_kwargs={"literal_binds": True}))
+        return [" | ".join(str(v) for v in row) for row in conn.exec_driver_sql(self.explain_prefix + sql)]
+
     def is_transient(self, error: DBAPIError) -> bool:
         """Whether the failed transaction is worth running again (deadlock, busy, lost connection)."""
         return bool(error.connection_invalidated)
@@ -75,6 +82,7 @@ class SQLiteDialect(Dialect):
 
     label = "SQLite"
     supports_skip_locked = False
+    explain_prefix = "EXPLAIN QUERY PLAN "
 
     def __init__(self, url: URL) -> None:
         super().__init__(url)

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
+    Select,
     case,
     create_engine,
     func,
@@ -325,7 +326,7 @@ class Store:
 
         return self._txn(work)
 
-    def _claim(self, conn: Connection, owner: str, limit: int, ttl: float, now: float) -> list[Claimed]:
+    def _claim_select(self, limit: int, now: float) -> Select[Any]:
         j = self.tables.jobs
         stmt = (
             select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout)
@@ -333,7 +334,16 @@ class Store:
             .order_by(j.c.priority.desc(), j.c.id)
             .limit(limit)
         )
-        rows = conn.execute(self.dialect.for_claim(stmt)).all()
+        return self.dialect.for_claim(stmt)
+
+    def explain_claim(self, limit: int = 4) -> list[str]:
+        """The database's plan for the claim query, one line per row (for tests and tuning)."""
+        stmt = self._claim_select(limit, time.time())
+        return self._txn(lambda conn: self.dialect.explain(conn, stmt), read_only=True)
+
+    def _claim(self, conn: Connection, owner: str, limit: int, ttl: float, now: float) -> list[Claimed]:
+        j = self.tables.jobs
+        rows = conn.execute(self._claim_select(limit, now)).all()
         if not rows:
             return []
         conn.execute(
