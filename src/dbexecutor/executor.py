@@ -23,7 +23,7 @@ from . import schema, serialization
 from .future import JobFuture
 from .pool import default_context
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
-from .store import NewJob, Store
+from .store import Final, NewJob, Store
 
 __all__ = ["DBExecutor", "JobOptions", "Submitter"]
 
@@ -293,7 +293,7 @@ class DBExecutor(Executor):
             row = self._store.insert_job(job, now)
             fut = sched.track(row.job_id, outstanding=row.state not in schema.FINAL_STATES)
         if row.state in schema.FINAL_STATES:
-            fut._apply(row.state, row.result)
+            sched.resolve(Final(row.job_id, row.state, row.result))  # also drops it from the watch list
         else:
             sched.wake()
         return fut

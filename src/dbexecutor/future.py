@@ -7,7 +7,7 @@ provides, and resolving from a stored row goes through :meth:`JobFuture._apply`.
 from __future__ import annotations
 
 from concurrent.futures import CancelledError, Future, InvalidStateError
-from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, RUNNING
+from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
 from typing import Any, Callable, Generic, TypeVar
 
 from . import schema, serialization
@@ -60,10 +60,18 @@ class JobFuture(Future, Generic[T]):  # type: ignore[type-arg]
 
     def _cancel_local(self) -> None:
         """Mark cancelled after the database said so; a running future gets ``CancelledError``."""
-        if Future.cancel(self):
+        with self._condition:
+            state = self._state
+        if state == PENDING:
+            Future.cancel(self)
+            state = CANCELLED
+        if state == CANCELLED:
             # Move to CANCELLED_AND_NOTIFIED so wait() and as_completed() count it as done.
-            self.set_running_or_notify_cancel()
-        else:
+            try:
+                self.set_running_or_notify_cancel()
+            except RuntimeError:
+                pass  # notified meanwhile by another thread
+        elif state == RUNNING:
             self._set_exception_quietly(CancelledError(f"job {self.job_id} was cancelled"))
 
     def _set_result_quietly(self, value: Any) -> None:

@@ -136,7 +136,10 @@ class Scheduler:
             fut = self._futures.pop(final.job_id, None)
             self._outstanding.discard(final.job_id)
         if fut is not None:
-            fut._apply(final.state, final.result)
+            try:
+                fut._apply(final.state, final.result)
+            except Exception:  # never let one future take the loop down
+                log.exception("could not resolve the future of job %d", final.job_id)
 
     def cancel_job(self, job_id: int) -> bool:
         """Cancel one job in the database (and its dependents); True if it was cancelled."""
