@@ -192,8 +192,18 @@ class DBExecutor(Executor):
         """
         return cls(url, **options)
 
-    def future(self, job_id: int) -> JobFuture[Any]:
-        """The future of any job in this database, resolved from the row when it ends."""
+    def future(self, job_id: int | None = None, *, key: str | None = None) -> JobFuture[Any]:
+        """The future of a job in this database, by id or by key; resolved from the row when it ends.
+
+        Raises ``KeyError`` if there is no such job.
+        """
+        if (job_id is None) == (key is None):
+            raise TypeError("give exactly one of job_id or key")
+        if key is not None:
+            job_id = self._store.job_id_for_key(key)
+            if job_id is None:
+                raise KeyError(f"no job with key {key!r}")
+        assert job_id is not None
         state = self._store.job_state(job_id)
         if state is None:
             raise KeyError(f"no job with id {job_id}")
@@ -202,6 +212,8 @@ class DBExecutor(Executor):
         if state in schema.FINAL_STATES:
             for final in self._store.finals([job_id]):
                 self._scheduler.resolve(final)
+        else:
+            self._scheduler.wake()
         return fut
 
     def futures(self) -> list[JobFuture[Any]]:

@@ -606,6 +606,12 @@ class Store:
         j = self.tables.jobs
         return self._txn(lambda c: c.execute(select(j.c.state).where(j.c.id == job_id)).scalar(), read_only=True)
 
+    def job_id_for_key(self, key: str) -> int | None:
+        """The id of the job with ``key``, or None."""
+        j = self.tables.jobs
+        found = self._txn(lambda c: c.execute(select(j.c.id).where(j.c.job_key == key)).scalar(), read_only=True)
+        return None if found is None else int(found)
+
     def count_states(self) -> dict[str, int]:
         """Number of jobs per state."""
         j = self.tables.jobs
