@@ -15,7 +15,6 @@ rows are the truth, and every write is guarded by the attempt token.
 
 from __future__ import annotations
 
-import errno
 import logging
 import os
 import threading
@@ -99,6 +98,8 @@ class Scheduler:
         self.broken: str | None = None
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        self._wake_lock = threading.Lock()
+        self._wake_closed = False
         self._poll_cursor = -1
         self._next_poll = 0.0
         self._next_reclaim = 0.0
@@ -114,11 +115,15 @@ class Scheduler:
 
     def wake(self) -> None:
         """Make the loop run a tick now (a submit, a cancel, a shutdown)."""
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError as error:  # pipe full: a wake-up is already pending; closed: loop is gone
-            if error.errno not in (errno.EAGAIN, errno.EBADF):
-                raise
+        with self._wake_lock:
+            # Once the loop has ended its pipe is closed, and the descriptor
+            # number may already belong to a file or socket opened since.
+            if self._wake_closed:
+                return
+            try:
+                os.write(self._wake_w, b"x")
+            except BlockingIOError:
+                pass  # pipe full: a wake-up is pending anyway
 
     def track(self, job_id: int, outstanding: bool = True) -> JobFuture[Any]:
         """The future of ``job_id`` (one per job per process), resolved when the job ends. Hold ``lock``."""
@@ -189,8 +194,10 @@ class Scheduler:
             self._break("the scheduler thread stopped on an unexpected error; see the log")
         finally:
             self._stop_children()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            with self._wake_lock:
+                self._wake_closed = True
+                os.close(self._wake_r)
+                os.close(self._wake_w)
 
     def _finished(self) -> bool:
         with self.lock:
