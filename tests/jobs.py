@@ -133,3 +133,72 @@ def record_ppid(path: str, item: Any) -> tuple[Any, int, int]:
     """Record ``item`` and return (item, parent pid, pid) of the child that ran it."""
     record(path, item)
     return item, os.getppid(), os.getpid()
+
+
+# -- added for the fault-injection tests (test_faults.py, fault_driver.py) --
+
+
+def _write_atomically(path: str, text: str) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def fault_dag_node(i: int, pause: float, *deps: int) -> int:
+    """One node of the crash-test DAG: ``(i + sum(deps)) % 1_000_003`` after a short pause."""
+    time.sleep(pause)
+    return (i + sum(deps)) % 1_000_003
+
+
+def fault_pid_then_sleep(pid_path: str, seconds: float) -> int:
+    """Write this child's pid to ``pid_path``, then sleep (a test kills or stops it)."""
+    _write_atomically(pid_path, str(os.getpid()))
+    time.sleep(seconds)
+    return os.getpid()
+
+
+def fault_segfault() -> None:
+    """Crash the child with SIGSEGV."""
+    import ctypes
+
+    ctypes.string_at(0)
+
+
+def fault_die_first_time(marker: str, how: str, value: Any) -> Any:
+    """On the first run (no ``marker`` yet) create it and die (``how``: 'exit' or 'kill'); later return ``value``."""
+    if not os.path.exists(marker):
+        _write_atomically(marker, str(os.getpid()))
+        if how == "exit":
+            os._exit(3)
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+    return value
+
+
+def fault_spawn_and_hang(pid_path: str, grandchildren: int = 2, seconds: float = 10_000.0) -> None:
+    """Start ``sleep 1000`` subprocesses, write "own_pid grandchild_pid..." to ``pid_path``, then sleep."""
+    import subprocess
+
+    procs = [subprocess.Popen(["sleep", "1000"]) for _ in range(grandchildren)]
+    _write_atomically(pid_path, " ".join(str(p) for p in [os.getpid()] + [p.pid for p in procs]))
+    time.sleep(seconds)
+
+
+def fault_frozen_first(marker: str, pid_path: str, seconds: float) -> str:
+    """First run: create ``marker``, write the pid, sleep, return 'first'; later runs return 'second'."""
+    if os.path.exists(marker):
+        return "second"
+    _write_atomically(marker, "1")
+    _write_atomically(pid_path, str(os.getpid()))
+    time.sleep(seconds)
+    return "first"
+
+
+def fault_record_then_sleep(path: str, item: Any, seconds: float) -> Any:
+    """Append ``item`` to ``path`` first, then sleep (a crash mid-sleep leaves the record)."""
+    record(path, item)
+    time.sleep(seconds)
+    return item

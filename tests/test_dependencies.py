@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import os
+import time
 
 import pytest
 from sqlalchemy import select
@@ -235,19 +236,40 @@ def test_cancel_propagates_to_dependents(db, tmp_path):
             assert fut.done()
             with pytest.raises(cf.CancelledError):
                 fut.result(timeout=5)
-        # Submitting below a cancelled job gives a cancelled job.
-        late = ex.submit(jobs.add, d1, 1)
-        assert late.cancelled()
-        with pytest.raises(cf.CancelledError):
-            late.result(timeout=5)
     finally:
         open(flag, "w").close()
     assert holder.result(timeout=T) == "held"
-    states = _states(db, [up, d1, d2, d3, d4, late])
+    states = _states(db, [up, d1, d2, d3, d4])
     assert set(states.values()) == {"cancelled"}, states
     assert _states(db, [holder]) == {holder.job_id: "done"}
     # None of the cancelled jobs ran.
-    assert not {f.job_id for f in (up, d1, d2, d3, d4, late)} & set(_attempt_job_ids(db))
+    assert not {f.job_id for f in (up, d1, d2, d3, d4)} & set(_attempt_job_ids(db))
+    # The executor is still healthy.
+    assert ex.submit(jobs.add, 1, 1).result(timeout=T) == 2
+
+
+def test_submit_below_a_cancelled_job(db, tmp_path):
+    ex = db.executor(2)
+    flag = str(tmp_path / "release")
+    holder = ex.submit(jobs.wait_for_file, flag, "held", 30)
+    try:
+        up = ex.submit(jobs.identity, 1, after=[holder])
+        assert up.cancel() is True
+        # Submitting below a cancelled job gives a cancelled job.
+        late_arg = ex.submit(jobs.add, up, 1)
+        late_after = ex.submit(jobs.identity, 2, after=[up])
+        for fut in (late_arg, late_after):
+            assert fut.cancelled(), fut
+            with pytest.raises(cf.CancelledError):
+                fut.result(timeout=5)
+    finally:
+        open(flag, "w").close()
+    assert holder.result(timeout=T) == "held"
+    # The executor keeps working after resolving those futures (and polling their rows).
+    time.sleep(0.3)
+    assert ex.submit(jobs.add, 1, 1).result(timeout=T) == 2
+    assert set(_states(db, [up, late_arg, late_after]).values()) == {"cancelled"}
+    assert not {late_arg.job_id, late_after.job_id} & set(_attempt_job_ids(db))
 
 
 # -- whose futures are valid dependencies --------------------------------------------------
