@@ -98,7 +98,9 @@ class DB:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "db" in metafunc.fixturenames:
-        metafunc.parametrize("db", [k for k in ALL if k in SELECTED], indirect=True)
+        marker = metafunc.definition.get_closest_marker("databases")
+        kinds = marker.args if marker else ALL
+        metafunc.parametrize("db", [k for k in kinds if k in SELECTED], indirect=True)
 
 
 @pytest.fixture

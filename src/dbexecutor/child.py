@@ -2,6 +2,7 @@
 
 ::
 
+    parent ◄──("ready",)─────────────────── started, initializer done
     parent ──(job_id, attempt, payload)──► main thread: load payload, fetch
                                            upstream results, run fn, pickle
            ◄──("result", ...)───────────── the outcome (never writes the row)
@@ -127,6 +128,8 @@ def child_main(
         return
     beat = _Heartbeat(store, lifeline, heartbeat_interval, lease_ttl)
     beat.start()
+    # From here on this child's heartbeat renews the lease of the job it runs.
+    conn.send(("ready",))
     while True:
         try:
             msg = conn.recv()

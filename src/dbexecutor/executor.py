@@ -23,11 +23,13 @@ from . import schema, serialization
 from .future import JobFuture
 from .pool import default_context
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
-from .store import Final, NewJob, Store
+from .store import Final, NewJob, Store, Submitted
 
 __all__ = ["DBExecutor", "JobOptions", "Submitter"]
 
 T = TypeVar("T")
+
+_MAP_BATCH = 500  # rows per insert transaction in map()
 
 
 def _default_workers() -> int:
@@ -248,15 +250,7 @@ class DBExecutor(Executor):
             raise TypeError(f"{fut!r} belongs to another database or table prefix and cannot be a dependency here")
         return fut.job_id
 
-    def _submit(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        after: Iterable[Future[Any]],
-        opts: JobOptions,
-        fn_name: str | None = None,
-    ) -> JobFuture[Any]:
+    def _check_open(self) -> None:
         sched = self._scheduler
         if interpreter_shutting_down():
             raise RuntimeError("cannot schedule new futures after interpreter shutdown")
@@ -264,6 +258,18 @@ class DBExecutor(Executor):
             raise RuntimeError("cannot schedule new futures after shutdown")
         if sched.broken is not None:
             raise BrokenProcessPool(sched.broken)
+
+    def _prepare(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        after: Iterable[Future[Any]],
+        opts: JobOptions,
+        now: float,
+        fn_name: str | None = None,
+    ) -> NewJob | JobFuture[Any]:
+        """The row for one call, or a future already failed with the pickling error."""
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
         deps: list[int] = []
@@ -284,9 +290,7 @@ class DBExecutor(Executor):
             error.__cause__ = serialization.RemoteTraceback(serialization.format_remote_traceback(error))
             failed.set_exception(error)
             return failed
-        now = time.time()
-        run_after = opts.run_after if opts.delay is None else now + opts.delay
-        job = NewJob(
+        return NewJob(
             fn_name=fn_name or serialization.qualified_name(fn),
             payload=payload,
             deps=tuple(dict.fromkeys(deps)),
@@ -296,19 +300,51 @@ class DBExecutor(Executor):
             priority=opts.priority,
             timeout=opts.timeout,
             retries=opts.retries or 0,
-            run_after=run_after,
+            run_after=opts.run_after if opts.delay is None else now + opts.delay,
             submitted_by=self._submitter_id,
         )
+
+    def _submit(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        after: Iterable[Future[Any]],
+        opts: JobOptions,
+    ) -> JobFuture[Any]:
+        self._check_open()
+        now = time.time()
+        job = self._prepare(fn, args, kwargs, after, opts, now)
+        if isinstance(job, JobFuture):
+            return job
         # Inserting and registering under the scheduler's lock: the loop may
         # claim and finish the job at once, and must find its future.
-        with sched.lock:
+        with self._scheduler.lock:
             row = self._store.insert_job(job, now)
-            fut = sched.track(row.job_id, outstanding=row.state not in schema.FINAL_STATES)
-        if row.state in schema.FINAL_STATES:
-            sched.resolve(Final(row.job_id, row.state, row.result))  # also drops it from the watch list
-        else:
-            sched.wake()
+            fut = self._scheduler.track(row.job_id, outstanding=row.state not in schema.FINAL_STATES)
+        self._settle([row])
         return fut
+
+    def _submit_many(self, jobs: list[NewJob | JobFuture[Any]], now: float) -> list[JobFuture[Any]]:
+        """Insert many dependency-free rows with few commits (``map``); futures in input order."""
+        rows = [j for j in jobs if isinstance(j, NewJob)]
+        with self._scheduler.lock:
+            inserted = self._store.insert_jobs(rows, now)
+            it = iter(inserted)
+            futures = [j if isinstance(j, JobFuture) else self._scheduler.track(next(it).job_id) for j in jobs]
+        self._settle(inserted)
+        return futures
+
+    def _settle(self, rows: Sequence[Submitted]) -> None:
+        """Resolve the futures of rows that were final on arrival (a failed or cancelled upstream, a done key)."""
+        pending = False
+        for row in rows:
+            if row.state in schema.FINAL_STATES:
+                self._scheduler.resolve(Final(row.job_id, row.state, row.result))
+            else:
+                pending = True
+        if pending:
+            self._scheduler.wake()
 
     # -- map ------------------------------------------------------------------
 
@@ -335,16 +371,20 @@ class DBExecutor(Executor):
             raise ValueError("chunksize must be >= 1.")
         if opts.key is not None:
             raise ValueError("a key names one job; map submits many (use submit for keyed jobs)")
+        self._check_open()
         end_time = None if timeout is None else timeout + time.monotonic()
+        now = time.time()
         items = zip(*iterables)
         if chunksize == 1:
-            fs = [self._submit(fn, args, {}, (), opts) for args in items]
+            calls = (self._prepare(fn, args, {}, (), opts, now) for args in items)
         else:
             name = serialization.qualified_name(fn)
-            fs = [
-                self._submit(_run_chunk, (fn, chunk), {}, (), opts, fn_name=name)
-                for chunk in iter(lambda: list(itertools.islice(items, chunksize)), [])
-            ]
+            chunks = iter(lambda: list(itertools.islice(items, chunksize)), [])
+            calls = (self._prepare(_run_chunk, (fn, chunk), {}, (), opts, now, name) for chunk in chunks)
+        # Rows go in by batches: one commit per batch instead of one per item.
+        fs: list[JobFuture[Any]] = []
+        while batch := list(itertools.islice(calls, _MAP_BATCH)):
+            fs += self._submit_many(batch, now)
 
         def result_iterator() -> Iterator[Any]:
             try:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
-from dataclasses import dataclass
+import time
+from collections import deque
+from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
 from typing import Any, Callable
@@ -20,7 +22,7 @@ import psutil
 
 from .child import child_main
 
-__all__ = ["Child", "start_child", "kill_tree", "describe_exit", "default_context"]
+__all__ = ["Assignment", "Child", "start_child", "kill_tree", "describe_exit", "default_context"]
 
 
 def default_context() -> BaseContext:
@@ -29,27 +31,53 @@ def default_context() -> BaseContext:
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
+@dataclass(frozen=True)
+class Assignment:
+    """A claimed job handed to a child: ``attempt`` is its lease token."""
+
+    job_id: int
+    attempt: int
+    timeout: float | None
+
+
 @dataclass(eq=False)
 class Child:
-    """One child process and what it is doing."""
+    """One child process and the jobs it has been handed (the first one is running)."""
 
     process: Any  # multiprocessing.Process from the chosen context
     conn: Connection
     lifeline: Connection  # the write end, kept open while the parent lives
-    job: tuple[int, int] | None = None  # (job_id, attempt) being run
-    dispatched_at: float = 0.0  # wall clock, for the attempts table
-    started_job: float = 0.0  # monotonic dispatch time, for the timeout
-    deadline: float | None = None  # monotonic time past which the job is killed
+    queue: deque[Assignment] = field(default_factory=deque)
+    started_at: float = 0.0  # wall clock when the first job in the queue started
+    started_mono: float = 0.0  # the same, monotonic, for the timeout
     tasks: int = 0
     retiring: bool = False
+    ready: bool = False  # started, initializer done: its heartbeat covers the job it runs
 
     @property
     def pid(self) -> int:
         return int(self.process.pid)
 
     @property
+    def job(self) -> Assignment | None:
+        """The job running now, if any."""
+        return self.queue[0] if self.queue else None
+
+    @property
     def busy(self) -> bool:
-        return self.job is not None
+        return bool(self.queue)
+
+    @property
+    def deadline(self) -> float | None:
+        """Monotonic time past which the running job is killed."""
+        head = self.job
+        if head is None or not head.timeout or not self.ready:
+            return None  # a child still starting up is not running the job yet
+        return self.started_mono + head.timeout
+
+    def head_started(self) -> None:
+        """The child has begun the first job of its queue (it runs them in order, back to back)."""
+        self.started_at, self.started_mono = time.time(), time.monotonic()
 
 
 def start_child(

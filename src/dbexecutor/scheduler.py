@@ -32,12 +32,13 @@ from sqlalchemy.exc import DBAPIError
 from . import serialization
 from .errors import JobTimeoutError, WorkerDied
 from .future import JobFuture
-from .pool import Child, describe_exit, kill_tree, start_child
+from .pool import Assignment, Child, describe_exit, kill_tree, start_child
 from .store import Claimed, Final, Report, Store, worker_name
 
 log = logging.getLogger("dbexecutor")
 
 _IN_POLL = 500  # ids checked per remote poll
+_PREFETCH_BELOW = 0.05  # seconds: average run time under which a child gets a second job queued
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,9 @@ class Scheduler:
         self._wake_lock = threading.Lock()
         self._wake_closed = False
         self._poll_cursor = -1
+        self._avg_run = 1.0  # seconds, moving average of recent run times
+        self._results_seen = 0
+        self._next_renew = 0.0
         self._next_poll = 0.0
         self._next_reclaim = 0.0
         self._thread = threading.Thread(target=self._run, name="dbexecutor-scheduler", daemon=True)
@@ -221,6 +225,9 @@ class Scheduler:
             if reclaimed:
                 log.warning("reclaimed %d job(s) whose lease expired: %s", len(reclaimed), reclaimed[:20])
         self._finish_and_claim()
+        if now >= self._next_renew:
+            self._next_renew = now + self.s.heartbeat_interval
+            self._renew_held()
         if now >= self._next_poll:
             self._next_poll = now + self.s.poll_interval
             self._poll_remote()
@@ -229,8 +236,9 @@ class Scheduler:
         now = time.monotonic()
         timeout = min(self.s.poll_interval, max(0.0, self._next_reclaim - now))
         for c in self._children:
-            if c.deadline is not None:
-                timeout = min(timeout, max(0.0, c.deadline - now))
+            deadline = c.deadline
+            if deadline is not None:
+                timeout = min(timeout, max(0.0, deadline - now))
         if backoff:
             timeout = backoff
         objs: list[Any] = [self._wake_r]
@@ -257,24 +265,25 @@ class Scheduler:
             except (EOFError, OSError):
                 self._child_died(c)
                 return
-            if msg[0] == "result":
+            if msg[0] == "ready":
+                c.ready = True
+                if c.queue:
+                    c.head_started()  # it starts on the job waiting in its pipe now
+            elif msg[0] == "result":
                 _, job_id, attempt, ok, blob, error, started, ended = msg
+                head = c.queue.popleft()
+                assert (head.job_id, head.attempt) == (job_id, attempt), "a child answered out of order"
+                if c.queue:
+                    c.head_started()  # the child goes straight on to the next job it holds
                 self._reports.append(
-                    Report(
-                        job_id,
-                        attempt,
-                        ok,
-                        blob,
-                        "ok" if ok else "exception",
-                        error,
-                        worker_name(c.pid),
-                        started,
-                        ended,
-                        self.s.retry_delay,
-                    )
+                    Report(job_id, attempt, ok, blob, "ok" if ok else "exception", error,
+                           worker_name(c.pid), started, ended, self.s.retry_delay)
                 )
+                # Recent run times decide whether children get a second job queued behind
+                # the running one: worth it for short jobs, head-of-line blocking for long ones.
+                self._avg_run = 0.8 * self._avg_run + 0.2 * max(0.0, ended - started)
+                self._results_seen += 1
                 log.debug("job %d attempt %d ended (%s) in child %d", job_id, attempt, "ok" if ok else error, c.pid)
-                c.job, c.deadline = None, None
                 c.tasks += 1
                 if self.s.max_tasks_per_child and c.tasks >= self.s.max_tasks_per_child:
                     self._retire(c)
@@ -284,10 +293,14 @@ class Scheduler:
                 log.error("a child process failed to initialize: %s%s", text, tb)
                 self._break(f"A child process terminated abruptly: its initializer raised {text}")
                 self._remove(c)
-                if c.job is not None:
-                    self.store.release(*c.job)  # the job never started: another executor may run it
-                    c.job = None
+                self._release_queue(c, list(c.queue))
                 return
+
+    def _release_queue(self, c: Child, never_started: list[Assignment]) -> None:
+        """Give back jobs a child held but never started, so any executor can run them."""
+        for a in never_started:
+            self.store.release(a.job_id, a.attempt)
+        c.queue.clear()
 
     def _retire(self, c: Child) -> None:
         c.retiring = True
@@ -307,52 +320,67 @@ class Scheduler:
         how = describe_exit(c.process.exitcode)
         self._remove(c)
         _close(c)
-        if c.job is None:
+        head = c.job
+        if head is None:
             log.warning("idle child %d exited (%s); a new one starts when needed", c.pid, how)
             return
-        job_id, attempt = c.job
-        log.warning("child %d died (%s) while running job %d attempt %d", c.pid, how, job_id, attempt)
-        error = WorkerDied(f"the child process (pid {c.pid}) running job {job_id} died with {how}")
+        log.warning("child %d died (%s) while running job %d attempt %d", c.pid, how, head.job_id, head.attempt)
+        error = WorkerDied(f"the child process (pid {c.pid}) running job {head.job_id} died with {how}")
         self._reports.append(self._failure(c, error, how))
+        self._release_queue(c, list(c.queue)[1:])
 
     def _check_timeouts(self) -> None:
         now = time.monotonic()
         for c in list(self._children):
-            if c.job is None or c.deadline is None or c.deadline > now:
+            head, deadline = c.job, c.deadline
+            if head is None or deadline is None or deadline > now:
                 continue
-            job_id, attempt = c.job
-            log.warning("job %d attempt %d passed its timeout; killing child %d and its subprocesses", job_id, attempt, c.pid)
+            log.warning(
+                "job %d attempt %d passed its timeout; killing child %d and its subprocesses",
+                head.job_id, head.attempt, c.pid,
+            )
             kill_tree(c.pid, self.s.kill_grace)
             self._remove(c)
             _close(c)
-            limit = c.deadline - c.started_job
-            error = JobTimeoutError(f"job {job_id} ran past its timeout of {limit:g} s; its process tree was killed")
+            error = JobTimeoutError(
+                f"job {head.job_id} ran past its timeout of {head.timeout:g} s; its process tree was killed"
+            )
             self._reports.append(self._failure(c, error, "timeout"))
+            self._release_queue(c, list(c.queue)[1:])
 
     def _failure(self, c: Child, error: BaseException, outcome: str) -> Report:
-        assert c.job is not None
-        job_id, attempt = c.job
+        head = c.job
+        assert head is not None
         return Report(
-            job_id,
-            attempt,
+            head.job_id,
+            head.attempt,
             False,
             serialization.dump_exception(error),
             outcome,
             f"{type(error).__name__}: {error}",
             worker_name(c.pid),
-            c.dispatched_at,
+            c.started_at,
             time.time(),
             self.s.retry_delay,
         )
+
+    def _capacity(self, c: Child | None) -> int:
+        """How many jobs a child (or a child yet to start) may hold: one, or two for short jobs."""
+        depth = 2 if self._results_seen >= 4 and self._avg_run < _PREFETCH_BELOW else 1
+        if self.s.max_tasks_per_child:
+            done = c.tasks if c is not None else 0
+            depth = min(depth, self.s.max_tasks_per_child - done)
+        return depth
 
     def _free_slots(self) -> int:
         with self.lock:
             if self.broken is not None or (self._shutdown and not self._outstanding):
                 return 0
-        return self.s.max_workers - sum(c.busy for c in self._children)
+        free = sum(max(0, self._capacity(c) - len(c.queue)) for c in self._children)
+        return free + (self.s.max_workers - len(self._children)) * self._capacity(None)
 
     def _finish_and_claim(self) -> None:
-        """Write the collected reports and claim work for idle slots, in one transaction."""
+        """Write the collected reports and claim work for free slots, in one transaction."""
         limit = self._free_slots()
         now = time.time()
         if self._reports:
@@ -368,9 +396,31 @@ class Scheduler:
             claimed = self.store.claim(self.owner, limit, self.s.lease_ttl, now)
         else:
             return
-        idle = [c for c in self._children if not c.busy]
         for job in claimed:
-            self._dispatch(idle.pop() if idle else self._spawn(), job)
+            self._dispatch(self._pick_child(), job)
+
+    def _pick_child(self) -> Child:
+        """An idle child, else a new one (up to max_workers), else the least loaded with room."""
+        idle = [c for c in self._children if not c.queue]
+        if idle:
+            return idle[0]
+        if len(self._children) < self.s.max_workers:
+            return self._spawn()
+        return min(
+            (c for c in self._children if len(c.queue) < self._capacity(c)),
+            key=lambda c: len(c.queue),
+        )
+
+    def _renew_held(self) -> None:
+        """Keep alive the leases of jobs our children hold but have not started (still ``leased``).
+
+        Once a job runs, only its child's heartbeat renews it, so a frozen child
+        loses its lease; until then (its child still starting, or the job queued
+        behind another) the parent vouches for it.
+        """
+        pairs = [(a.job_id, a.attempt) for c in self._children for a in list(c.queue)[1 if c.ready else 0 :]]
+        if pairs:
+            self.store.renew(pairs, self.s.lease_ttl, time.time())
 
     def _spawn(self) -> Child:
         c = start_child(
@@ -394,11 +444,9 @@ class Scheduler:
                 fut.set_running_or_notify_cancel()
             except RuntimeError:
                 pass  # already resolved by another path; the row decides
-        timeout = job.timeout if job.timeout is not None else self.s.timeout
-        c.job = (job.job_id, job.attempt)
-        c.dispatched_at = time.time()
-        c.started_job = time.monotonic()
-        c.deadline = c.started_job + timeout if timeout else None
+        c.queue.append(Assignment(job.job_id, job.attempt, job.timeout if job.timeout is not None else self.s.timeout))
+        if len(c.queue) == 1:
+            c.head_started()
         log.debug("job %d (%s) attempt %d -> child %d", job.job_id, job.fn_name, job.attempt, c.pid)
         try:
             c.conn.send((job.job_id, job.attempt, job.payload))
@@ -407,9 +455,10 @@ class Scheduler:
 
     def _poll_remote(self) -> None:
         """Resolve futures whose jobs another process finished, ``_IN_POLL`` ids per tick, round robin."""
-        running_here = {c.job[0] for c in self._children if c.job is not None}
+        # Jobs held by our own children are polled too: if a child froze and lost
+        # its lease, another process may finish the job, and the future must follow the row.
         with self.lock:
-            watched = (self._outstanding | set(self._futures.keys())) - running_here
+            watched = self._outstanding | set(self._futures.keys())
         if not watched:
             return
         ids = sorted(i for i in watched if i > self._poll_cursor)[:_IN_POLL]

@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
+    bindparam,
     Select,
     case,
     create_engine,
@@ -265,26 +266,9 @@ class Store:
                 open_deps = sum(r.state != schema.DONE for r in rows)
                 if state == schema.READY and open_deps:
                     state = schema.WAITING
-            job_id = conn.execute(
-                insert(j).values(
-                    state=state,
-                    fn_name=job.fn_name,
-                    payload=job.payload,
-                    result=result,
-                    error=error,
-                    job_key=job.key,
-                    group_key=job.group,
-                    weight=job.weight,
-                    priority=job.priority,
-                    timeout=job.timeout,
-                    retries=job.retries,
-                    open_deps=open_deps,
-                    run_after=job.run_after,
-                    submitted_by=job.submitted_by,
-                    created_at=now,
-                    finished_at=finished,
-                )
-            ).inserted_primary_key[0]
+            row = self._row(job, state, now, open_deps)
+            row.update(result=result, error=error, finished_at=finished)
+            job_id = conn.execute(insert(j), row).inserted_primary_key[0]
             if job.deps:
                 conn.execute(insert(self.tables.deps), [{"job_id": job_id, "depends_on_id": d} for d in job.deps])
             return Submitted(int(job_id), state, result)
@@ -299,6 +283,45 @@ class Store:
             if found is None:
                 raise
             return found
+
+    def insert_jobs(self, jobs: Sequence[NewJob], now: float) -> list[Submitted]:
+        """Insert many rows without dependencies or keys in one transaction; ids in input order."""
+        if any(job.deps or job.key is not None for job in jobs):
+            raise ValueError("insert_jobs takes jobs without dependencies or keys; use insert_job")
+        if not jobs:
+            return []
+        j = self.tables.jobs
+        rows = [self._row(job, schema.READY, now) for job in jobs]
+
+        def work(conn: Connection) -> list[Submitted]:
+            if getattr(self.engine.dialect, "insert_executemany_returning_sort_by_parameter_order", False):
+                stmt = insert(j).returning(j.c.id, sort_by_parameter_order=True)
+                ids = [int(i) for i in conn.execute(stmt, rows).scalars()]
+            else:  # no RETURNING with executemany (MySQL): one statement per row, still one commit
+                ids = [int(conn.execute(insert(j), row).inserted_primary_key[0]) for row in rows]
+            return [Submitted(i, schema.READY) for i in ids]
+
+        return self._txn(work)
+
+    def _row(self, job: NewJob, state: str, now: float, open_deps: int = 0) -> dict[str, Any]:
+        return {
+            "state": state,
+            "fn_name": job.fn_name,
+            "payload": job.payload,
+            "job_key": job.key,
+            "group_key": job.group,
+            "weight": job.weight,
+            "priority": job.priority,
+            "timeout": job.timeout,
+            "retries": job.retries,
+            "open_deps": open_deps,
+            "run_after": job.run_after,
+            "submitted_by": job.submitted_by,
+            "created_at": now,
+            "result": None,
+            "error": None,
+            "finished_at": None,
+        }
 
     def _by_key(self, conn: Connection, key: str) -> Submitted | None:
         j = self.tables.jobs
@@ -373,6 +396,16 @@ class Store:
 
         return self._txn(work, tries=3)
 
+    def renew(self, held: Sequence[tuple[int, int]], ttl: float, now: float) -> None:
+        """Extend the leases of claimed jobs that no child has started yet (state ``leased``)."""
+        j = self.tables.jobs
+        stmt = (
+            update(j)
+            .where(j.c.id == bindparam("b_id"), j.c.attempt == bindparam("b_attempt"), j.c.state == schema.LEASED)
+            .values(lease_expires=now + ttl)
+        )
+        self._txn(lambda conn: conn.execute(stmt, [{"b_id": i, "b_attempt": a} for i, a in held]))
+
     def release(self, job_id: int, attempt: int) -> bool:
         """Give back a claimed job that never started (its child could not start); False if not held."""
         j = self.tables.jobs
@@ -438,55 +471,84 @@ class Store:
     def _finish(self, conn: Connection, reports: Sequence[Report], now: float) -> Finished:
         j = self.tables.jobs
         out = Finished([], [], [])
-        attempt_rows = []
-        for rep in sorted(reports, key=lambda r: r.job_id):
+        reports = sorted(reports, key=lambda r: r.job_id)  # one lock order for every writer
+        ok = [r for r in reports if r.ok]
+        won = self._finish_ok(conn, ok, now)
+        for rep in ok:
+            if rep.job_id in won:
+                out.finals.append(Final(rep.job_id, schema.DONE, rep.blob))
+        out.released = self._release_dependents(conn, sorted(won))
+        lost = {r.job_id for r in ok} - won
+        for rep in reports:
+            if rep.ok:
+                continue
             guard = (j.c.id == rep.job_id, j.c.attempt == rep.attempt, self._active)
             cleared = {"lease_owner": None, "lease_expires": None}
-            outcome = rep.outcome
-            if rep.ok:
-                res = conn.execute(
-                    update(j)
-                    .where(*guard)
-                    .values(state=schema.DONE, result=rep.blob, error=None, finished_at=now, **cleared)
-                )
-                if res.rowcount == 1:
-                    out.finals.append(Final(rep.job_id, schema.DONE, rep.blob))
-                    out.released += self._release_dependents(conn, rep.job_id)
+            retry_at = now + rep.retry_delay * (2 ** max(rep.attempt - 1, 0)) * (0.75 + random.random() / 2)
+            res = conn.execute(
+                update(j)
+                .where(*guard, j.c.retries >= rep.attempt)
+                .values(state=schema.READY, error=rep.error, run_after=retry_at, **cleared)
+            )
+            if res.rowcount == 1:
+                out.retried.append(rep.job_id)
+                continue
+            res = conn.execute(
+                update(j)
+                .where(*guard)
+                .values(state=schema.FAILED, result=rep.blob, error=rep.error, finished_at=now, **cleared)
+            )
+            if res.rowcount == 1:
+                out.finals.append(Final(rep.job_id, schema.FAILED, rep.blob))
+                out.finals.extend(self._fail_dependents(conn, rep.job_id, rep.blob, now))
             else:
-                retry_at = now + rep.retry_delay * (2 ** max(rep.attempt - 1, 0)) * (0.75 + random.random() / 2)
-                res = conn.execute(
-                    update(j)
-                    .where(*guard, j.c.retries >= rep.attempt)
-                    .values(state=schema.READY, error=rep.error, run_after=retry_at, **cleared)
-                )
-                if res.rowcount == 1:
-                    out.retried.append(rep.job_id)
-                else:
-                    res = conn.execute(
-                        update(j)
-                        .where(*guard)
-                        .values(state=schema.FAILED, result=rep.blob, error=rep.error, finished_at=now, **cleared)
-                    )
-                    if res.rowcount == 1:
-                        out.finals.append(Final(rep.job_id, schema.FAILED, rep.blob))
-                        out.finals.extend(self._fail_dependents(conn, rep.job_id, rep.blob, now))
-            if res.rowcount != 1:
-                out.lost.append(rep.job_id)
-                outcome = f"lease lost ({outcome})"
-            attempt_rows.append(
+                lost.add(rep.job_id)
+        out.lost = sorted(lost)
+        conn.execute(
+            insert(self.tables.attempts),
+            [
                 {
                     "job_id": rep.job_id,
                     "attempt": rep.attempt,
                     "worker": rep.worker,
                     "started_at": rep.started_at,
                     "ended_at": rep.ended_at or now,
-                    "outcome": outcome[:64],
+                    "outcome": (f"lease lost ({rep.outcome})" if rep.job_id in lost else rep.outcome)[:64],
                     "detail": rep.error,
                 }
-            )
-        if attempt_rows:
-            conn.execute(insert(self.tables.attempts), attempt_rows)
+                for rep in reports
+            ],
+        )
         return out
+
+    def _finish_ok(self, conn: Connection, reports: Sequence[Report], now: float) -> set[int]:
+        """Mark the successful attempts done in one statement; return the ids whose token still held."""
+        if not reports:
+            return set()
+        j = self.tables.jobs
+        stmt = (
+            update(j)
+            .where(j.c.id == bindparam("b_id"), j.c.attempt == bindparam("b_attempt"), self._active)
+            .values(
+                state=schema.DONE,
+                result=bindparam("b_result"),
+                error=None,
+                finished_at=now,
+                lease_owner=None,
+                lease_expires=None,
+            )
+        )
+        params = [{"b_id": r.job_id, "b_attempt": r.attempt, "b_result": r.blob} for r in reports]
+        res = conn.execute(stmt, params) if len(params) > 1 else conn.execute(stmt, params[0])
+        if res.rowcount == len(reports) and (len(params) == 1 or self.engine.dialect.supports_sane_multi_rowcount):
+            return {r.job_id for r in reports}
+        # Some lease was lost (or the driver cannot count an executemany): the
+        # token tells which rows our statement finalized.
+        mine = {(r.job_id, r.attempt) for r in reports}
+        rows = conn.execute(
+            select(j.c.id, j.c.attempt).where(j.c.id.in_([r.job_id for r in reports]), j.c.state == schema.DONE)
+        ).all()
+        return {int(r.id) for r in rows if (int(r.id), r.attempt) in mine}
 
     def _dependents(self, conn: Connection, upstream: Sequence[int]) -> list[tuple[int, int]]:
         d = self.tables.deps
@@ -495,23 +557,30 @@ class Store:
             pairs += conn.execute(select(d.c.job_id, d.c.depends_on_id).where(d.c.depends_on_id.in_(chunk))).all()
         return [(int(a), int(b)) for a, b in pairs]
 
-    def _release_dependents(self, conn: Connection, job_id: int) -> int:
+    def _release_dependents(self, conn: Connection, done_ids: Sequence[int]) -> int:
+        """Count down the open dependencies of the jobs waiting on ``done_ids``; ready at zero."""
+        if not done_ids:
+            return 0
         j = self.tables.jobs
-        ids = sorted({dep for dep, _ in self._dependents(conn, [job_id])})
-        released = 0
-        for chunk in _chunks(ids):
-            # state is assigned before open_deps: MySQL evaluates SET items left
-            # to right with the new values, PostgreSQL and SQLite with the old.
-            conn.execute(
-                update(j)
-                .where(j.c.id.in_(chunk), j.c.state == schema.WAITING)
-                .values(
-                    state=case((j.c.open_deps <= 1, schema.READY), else_=j.c.state),
-                    open_deps=j.c.open_deps - 1,
+        finished_upstreams: dict[int, int] = {}
+        for dep, _ in self._dependents(conn, done_ids):
+            finished_upstreams[dep] = finished_upstreams.get(dep, 0) + 1
+        by_count: dict[int, list[int]] = {}
+        for dep, k in finished_upstreams.items():
+            by_count.setdefault(k, []).append(dep)
+        for k, ids in sorted(by_count.items()):
+            for chunk in _chunks(sorted(ids)):
+                # state is assigned before open_deps: MySQL evaluates SET items left
+                # to right with the new values, PostgreSQL and SQLite with the old.
+                conn.execute(
+                    update(j)
+                    .where(j.c.id.in_(chunk), j.c.state == schema.WAITING)
+                    .values(
+                        state=case((j.c.open_deps <= k, schema.READY), else_=j.c.state),
+                        open_deps=j.c.open_deps - k,
+                    )
                 )
-            )
-            released += len(chunk)
-        return released
+        return len(finished_upstreams)
 
     def _fail_dependents(self, conn: Connection, job_id: int, blob: bytes, now: float) -> list[Final]:
         """Fail every job downstream of ``job_id`` with ``DependencyFailed``."""
