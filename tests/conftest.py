@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, select, text
 
 from dbexecutor import DBExecutor
 from dbexecutor.store import Store
@@ -89,6 +89,46 @@ class DB:
     def store(self) -> Store:
         """A store on this test's tables, for checking rows."""
         return Store(self.url, self.prefix)
+
+    def _select(self, build: Any) -> list[Any]:
+        store = self.store()
+        try:
+            with store.engine.connect() as conn:
+                return conn.execute(build(store.tables)).all()
+        finally:
+            store.close()
+
+    def jobs(self) -> list[Any]:
+        """Every job row, by id."""
+        return self._select(lambda t: select(t.jobs).order_by(t.jobs.c.id))
+
+    def row(self, job_id: int) -> Any:
+        """One job row."""
+        (found,) = self._select(lambda t: select(t.jobs).where(t.jobs.c.id == job_id))
+        return found
+
+    def states(self, futures: Any) -> dict[int, str]:
+        """The state of each future's row, by job id."""
+        ids = [f.job_id for f in futures]
+        rows = self._select(lambda t: select(t.jobs.c.id, t.jobs.c.state).where(t.jobs.c.id.in_(ids)))
+        return {int(r.id): r.state for r in rows}
+
+    def attempts(self, job_id: int | None = None) -> list[Any]:
+        """Attempt rows (of one job, or all), in the order they were written."""
+
+        def build(t: Any) -> Any:
+            stmt = select(t.attempts).order_by(t.attempts.c.id)
+            return stmt if job_id is None else stmt.where(t.attempts.c.job_id == job_id)
+
+        return self._select(build)
+
+    def counts(self) -> dict[str, int]:
+        """Number of jobs per state."""
+        store = self.store()
+        try:
+            return store.count_states()
+        finally:
+            store.close()
 
     @property
     def options(self) -> dict[str, Any]:

@@ -7,32 +7,11 @@ import time
 from concurrent.futures.process import BrokenProcessPool
 
 import pytest
-from sqlalchemy import select
 
 import jobs
 from dbexecutor import JobTimeoutError, WorkerDied
 
 T = 60
-
-
-def _row(db, job_id):
-    store = db.store()
-    try:
-        j = store.tables.jobs
-        with store.engine.connect() as conn:
-            return conn.execute(select(j).where(j.c.id == job_id)).one()
-    finally:
-        store.close()
-
-
-def _attempts(db, job_id) -> list:
-    store = db.store()
-    try:
-        a = store.tables.attempts
-        with store.engine.connect() as conn:
-            return conn.execute(select(a).where(a.c.job_id == job_id).order_by(a.c.attempt, a.c.id)).all()
-    finally:
-        store.close()
 
 
 # -- initializer -------------------------------------------------------------------------------
@@ -100,9 +79,9 @@ def test_child_exit_fails_only_that_job(db):
     # The executor replaces the child and carries on.
     assert ex.submit(jobs.add, 1, 2).result(timeout=T) == 3
     assert [f.result(timeout=T) for f in [ex.submit(jobs.square, i) for i in range(4)]] == [0, 1, 4, 9]
-    row = _row(db, fut.job_id)
+    row = db.row(fut.job_id)
     assert row.state == "failed"
-    attempts = _attempts(db, fut.job_id)
+    attempts = db.attempts(fut.job_id)
     assert [a.outcome for a in attempts] == ["exit code 3"]
 
 
@@ -114,9 +93,9 @@ def test_retry_after_a_failure(db, tmp_path):
     marker = str(tmp_path / "first-attempt")
     fut = ex.options(retries=1).submit(jobs.fail_first_time, marker, "second time lucky")
     assert fut.result(timeout=T) == "second time lucky"
-    row = _row(db, fut.job_id)
+    row = db.row(fut.job_id)
     assert row.state == "done" and row.attempt == 2
-    attempts = _attempts(db, fut.job_id)
+    attempts = db.attempts(fut.job_id)
     assert [(a.attempt, a.outcome) for a in attempts] == [(1, "exception"), (2, "ok")]
     assert "first attempt fails" in (attempts[0].detail or "")
 
@@ -127,8 +106,8 @@ def test_no_retry_by_default(db, tmp_path):
     fut = ex.submit(jobs.fail_first_time, marker, "never")
     with pytest.raises(jobs.CustomError):
         fut.result(timeout=T)
-    assert [a.outcome for a in _attempts(db, fut.job_id)] == ["exception"]
-    assert _row(db, fut.job_id).state == "failed"
+    assert [a.outcome for a in db.attempts(fut.job_id)] == ["exception"]
+    assert db.row(fut.job_id).state == "failed"
 
 
 def test_retries_exhausted(db):
@@ -136,12 +115,12 @@ def test_retries_exhausted(db):
     fut = ex.options(retries=2).submit(jobs.fail, "always")
     with pytest.raises(jobs.CustomError, match="always"):
         fut.result(timeout=T)
-    assert [(a.attempt, a.outcome) for a in _attempts(db, fut.job_id)] == [
+    assert [(a.attempt, a.outcome) for a in db.attempts(fut.job_id)] == [
         (1, "exception"),
         (2, "exception"),
         (3, "exception"),
     ]
-    assert _row(db, fut.job_id).state == "failed"
+    assert db.row(fut.job_id).state == "failed"
 
 
 # -- per-job timeout -------------------------------------------------------------------------------------
@@ -158,8 +137,8 @@ def test_job_timeout(db):
     assert elapsed < 6, f"the timeout fired after {elapsed:.1f} s"
     # The executor keeps working (a new child replaces the killed one).
     assert ex.submit(jobs.add, 2, 3).result(timeout=T) == 5
-    assert _row(db, fut.job_id).state == "failed"
-    assert [a.outcome for a in _attempts(db, fut.job_id)] == ["timeout"]
+    assert db.row(fut.job_id).state == "failed"
+    assert [a.outcome for a in db.attempts(fut.job_id)] == ["timeout"]
 
 
 def test_executor_default_timeout(db):

@@ -7,7 +7,6 @@ import os
 import time
 
 import pytest
-from sqlalchemy import select
 
 import jobs
 from dbexecutor import DBExecutor, DependencyFailed
@@ -19,29 +18,6 @@ T = 60  # seconds to wait for any one result
 def _lines(path) -> list[str]:
     with open(path) as f:
         return f.read().split()
-
-
-def _states(db, futs) -> dict[int, str]:
-    """State of each future's row, by job id."""
-    store = db.store()
-    try:
-        j = store.tables.jobs
-        ids = [f.job_id for f in futs]
-        with store.engine.connect() as conn:
-            rows = conn.execute(select(j.c.id, j.c.state).where(j.c.id.in_(ids))).all()
-        return {int(r.id): r.state for r in rows}
-    finally:
-        store.close()
-
-
-def _attempt_job_ids(db) -> list[int]:
-    store = db.store()
-    try:
-        a = store.tables.attempts
-        with store.engine.connect() as conn:
-            return [int(i) for i in conn.execute(select(a.c.job_id)).scalars()]
-    finally:
-        store.close()
 
 
 # -- ordering -----------------------------------------------------------------
@@ -129,7 +105,7 @@ def test_chain_of_twenty(db):
         futs.append(ex.submit(jobs.add, futs[-1], 1))
     assert futs[-1].result(timeout=T) == 20
     assert [f.result(timeout=T) for f in futs] == list(range(1, 21))
-    assert set(_states(db, futs).values()) == {"done"}
+    assert set(db.states(futs).values()) == {"done"}
 
 
 def test_fan_out(db):
@@ -178,10 +154,10 @@ def test_failure_propagates_transitively(db):
     assert d3.exception().upstream_job_id == d2.job_id
     assert ok.result(timeout=T) == "unrelated"
 
-    states = _states(db, [root, d1, d1b, d2, d3, d4])
+    states = db.states([root, d1, d1b, d2, d3, d4])
     assert set(states.values()) == {"failed"}
     # The dependents never ran: only the root has an attempt.
-    ran = _attempt_job_ids(db)
+    ran = [r.job_id for r in db.attempts()]
     assert root.job_id in ran
     assert not {d1.job_id, d1b.job_id, d2.job_id, d3.job_id, d4.job_id} & set(ran)
 
@@ -193,7 +169,7 @@ def test_fan_out_failure(db):
     for f in leaves:
         assert isinstance(f.exception(timeout=T), DependencyFailed)
         assert isinstance(f.exception().__cause__, jobs.CustomError)
-    assert set(_states(db, leaves).values()) == {"failed"}
+    assert set(db.states(leaves).values()) == {"failed"}
 
 
 def test_submit_after_upstream_already_failed(db):
@@ -208,7 +184,7 @@ def test_submit_after_upstream_already_failed(db):
         assert isinstance(info.value.__cause__, jobs.CustomError)
         assert "early" in str(info.value.__cause__)
         assert info.value.upstream_job_id == root.job_id
-    assert set(_states(db, [late_arg, late_after]).values()) == {"failed"}
+    assert set(db.states([late_arg, late_after]).values()) == {"failed"}
     # And further down from a failed late job.
     later = ex.submit(jobs.identity, 2, after=[late_arg])
     with pytest.raises(DependencyFailed) as info:
@@ -239,11 +215,11 @@ def test_cancel_propagates_to_dependents(db, tmp_path):
     finally:
         open(flag, "w").close()
     assert holder.result(timeout=T) == "held"
-    states = _states(db, [up, d1, d2, d3, d4])
+    states = db.states([up, d1, d2, d3, d4])
     assert set(states.values()) == {"cancelled"}, states
-    assert _states(db, [holder]) == {holder.job_id: "done"}
+    assert db.states([holder]) == {holder.job_id: "done"}
     # None of the cancelled jobs ran.
-    assert not {f.job_id for f in (up, d1, d2, d3, d4)} & set(_attempt_job_ids(db))
+    assert not {f.job_id for f in (up, d1, d2, d3, d4)} & set([r.job_id for r in db.attempts()])
     # The executor is still healthy.
     assert ex.submit(jobs.add, 1, 1).result(timeout=T) == 2
 
@@ -268,8 +244,8 @@ def test_submit_below_a_cancelled_job(db, tmp_path):
     # The executor keeps working after resolving those futures (and polling their rows).
     time.sleep(0.3)
     assert ex.submit(jobs.add, 1, 1).result(timeout=T) == 2
-    assert set(_states(db, [up, late_arg, late_after]).values()) == {"cancelled"}
-    assert not {late_arg.job_id, late_after.job_id} & set(_attempt_job_ids(db))
+    assert set(db.states([up, late_arg, late_after]).values()) == {"cancelled"}
+    assert not {late_arg.job_id, late_after.job_id} & set([r.job_id for r in db.attempts()])
 
 
 # -- whose futures are valid dependencies --------------------------------------------------

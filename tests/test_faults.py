@@ -124,32 +124,9 @@ def _read_pids(path: str, timeout: float = 30.0) -> list[int]:
         return [int(x) for x in f.read().split()]
 
 
-def _jobs(db) -> list[Any]:
-    store = db.store()
-    try:
-        j = store.tables.jobs
-        with store.engine.connect() as conn:
-            return conn.execute(select(j).order_by(j.c.id)).all()
-    finally:
-        store.close()
-
-
-def _row(db, job_id: int) -> Any:
-    return next(r for r in _jobs(db) if r.id == job_id)
-
-
 def _attempts(db, job_id: int | None = None) -> list[tuple[int, int, str]]:
-    """(job_id, attempt, outcome) rows, in insertion order."""
-    store = db.store()
-    try:
-        a = store.tables.attempts
-        stmt = select(a.c.job_id, a.c.attempt, a.c.outcome).order_by(a.c.id)
-        if job_id is not None:
-            stmt = stmt.where(a.c.job_id == job_id)
-        with store.engine.connect() as conn:
-            return [(int(r.job_id), int(r.attempt), r.outcome) for r in conn.execute(stmt)]
-    finally:
-        store.close()
+    """(job_id, attempt, outcome) of the attempt rows, in the order they were written."""
+    return [(int(r.job_id), int(r.attempt), r.outcome) for r in db.attempts(job_id)]
 
 
 def _done_count(store) -> int:
@@ -200,7 +177,7 @@ def test_executor_killed_mid_dag_resumes(db, tmp_path, seed, resume):
         db.executors.append(ex)
         futs = ex.futures()
         assert 0 < len(futs) <= DAG_N - done_at_kill
-        by_id = {r.id: int(r.job_key[1:]) for r in _jobs(db)}
+        by_id = {r.id: int(r.job_key[1:]) for r in db.jobs()}
         for fut in futs:
             assert fut.result(timeout=T) == want[by_id[fut.job_id]]
     else:
@@ -211,7 +188,7 @@ def test_executor_killed_mid_dag_resumes(db, tmp_path, seed, resume):
             _kill(proc)
         assert "all results right" in _tail(log)
 
-    rows = _jobs(db)
+    rows = db.jobs()
     assert sorted(r.job_key for r in rows) == sorted(f"n{i}" for i in range(DAG_N)), "a key was lost or duplicated"
     states = collections.Counter(r.state for r in rows)
     assert states == {"done": DAG_N}, states
@@ -249,7 +226,7 @@ def test_child_death_fails_the_job_with_worker_died(db, tmp_path, how):
         fut.result(timeout=T)
     assert isinstance(info.value, BrokenProcessPool)
     assert expected in str(info.value), str(info.value)
-    row = _row(db, fut.job_id)
+    row = db.row(fut.job_id)
     assert row.state == "failed" and row.lease_owner is None
     assert expected in (row.error or ""), row.error
     assert [(a, o) for _, a, o in _attempts(db, fut.job_id)] == [(1, expected)]
@@ -267,7 +244,7 @@ def test_child_death_is_retried(db, tmp_path, how):
     assert os.path.exists(marker)
     expected = "signal 9 (SIGKILL)" if how == "kill" else "exit code 3"
     assert [(a, o) for _, a, o in _attempts(db, fut.job_id)] == [(1, expected), (2, "ok")]
-    row = _row(db, fut.job_id)
+    row = db.row(fut.job_id)
     assert (row.state, row.attempt) == ("done", 2)
 
 
@@ -284,7 +261,7 @@ def test_timeout_fails_a_job_that_never_ends(db):
     assert isinstance(info.value, TimeoutError)
     assert 1.0 <= elapsed < 5.0, elapsed
     assert [(a, o) for _, a, o in _attempts(db, fut.job_id)] == [(1, "timeout")]
-    assert _row(db, fut.job_id).state == "failed"
+    assert db.row(fut.job_id).state == "failed"
     assert ex.submit(jobs.add, 1, 2).result(timeout=T) == 3
 
 
@@ -325,14 +302,14 @@ def test_frozen_child_loses_its_lease_and_its_late_result(db, tmp_path, rerun_by
         try:
             value = fut.result(timeout=15)
         except cf.TimeoutError:
-            row = _row(db, fut.job_id)
+            row = db.row(fut.job_id)
             raise AssertionError(
                 f"the future did not resolve within 15 s of the child freezing; the row is {row.state!r} "
                 f"at attempt {row.attempt}, attempts {_attempts(db, fut.job_id)}"
             ) from None
         assert value == "second"
         assert time.monotonic() - stopped >= 1.0
-        row = _row(db, fut.job_id)
+        row = db.row(fut.job_id)
         assert (row.state, row.attempt) == ("done", 2)
     finally:
         os.kill(pid, signal.SIGCONT)
@@ -342,7 +319,7 @@ def test_frozen_child_loses_its_lease_and_its_late_result(db, tmp_path, rerun_by
         assert time.monotonic() < end, f"the late result was never recorded: {_attempts(db, fut.job_id)}"
         time.sleep(0.1)
     time.sleep(0.5)  # a late heartbeat, if any, has had its chance to touch the row
-    row = _row(db, fut.job_id)
+    row = db.row(fut.job_id)
     assert (row.state, row.attempt) == ("done", 2)
     assert serialization.loads(row.result) == "second"
     assert row.lease_owner is None and row.lease_expires is None
@@ -374,7 +351,7 @@ def test_children_exit_when_the_executor_is_killed(db, tmp_path):
         _kill(proc)
     left = _wait_dead(list(procs.values()), ORPHAN_GRACE)
     assert not left, f"still alive {ORPHAN_GRACE} s after the executor was killed: {_describe(left)}"
-    (row,) = _jobs(db)
+    (row,) = db.jobs()
     assert row.state in ("leased", "running")  # nobody finalized it: it waits for a reclaim
 
 
@@ -390,7 +367,7 @@ def test_keyed_jobs_resume_after_a_crash_without_redoing_finished_work(db, tmp_p
         assert proc.wait(90) == 17, _tail(log)
     finally:
         _kill(proc)
-    rows = _jobs(db)
+    rows = db.jobs()
     finished_before = {r.job_key for r in rows if r.state == "done"}
     assert 10 <= len(finished_before) < fault_driver.KEYS, collections.Counter(r.state for r in rows)
 
@@ -401,7 +378,7 @@ def test_keyed_jobs_resume_after_a_crash_without_redoing_finished_work(db, tmp_p
         _kill(proc)
 
     keys = [f"k{i}" for i in range(fault_driver.KEYS)]
-    rows = _jobs(db)
+    rows = db.jobs()
     assert sorted(r.job_key for r in rows) == sorted(keys), "a keyed job was lost or inserted twice"
     assert all(r.state == "done" and serialization.loads(r.result) == r.job_key for r in rows), [
         (r.job_key, r.state) for r in rows
@@ -507,7 +484,7 @@ def test_server_restart_mid_run(db):
     later = [ex.submit(jobs.square, i) for i in range(10)]  # submit works again once the server is back
     assert [f.result(timeout=90) for f in futs] == list(range(200))
     assert [f.result(timeout=T) for f in later] == [i * i for i in range(10)]
-    rows = _jobs(db)
+    rows = db.jobs()
     assert len(rows) == 210 and collections.Counter(r.state for r in rows) == {"done": 210}
 
 

@@ -14,14 +14,6 @@ from dbexecutor import JobTimeoutError
 T = 60
 
 
-def _counts(db) -> dict[str, int]:
-    store = db.store()
-    try:
-        return store.count_states()
-    finally:
-        store.close()
-
-
 # -- map ----------------------------------------------------------------------------
 
 
@@ -31,7 +23,7 @@ def test_map_results_in_order(db, chunksize, rows):
     results = list(ex.map(jobs.square, range(50), chunksize=chunksize, timeout=T))
     assert results == [i * i for i in range(50)]
     # chunksize decides how many jobs (rows) there are: ceil(50 / chunksize)
-    assert _counts(db) == {"done": rows}
+    assert db.counts() == {"done": rows}
 
 
 def test_map_order_is_submission_order_not_completion_order(db):
@@ -54,7 +46,7 @@ def test_map_multiple_iterables(db, chunksize):
 def test_map_empty(db):
     ex = db.executor()
     assert list(ex.map(jobs.square, [])) == []
-    assert _counts(db) == {}
+    assert db.counts() == {}
 
 
 @pytest.mark.parametrize("chunksize", [0, -1])
@@ -62,7 +54,7 @@ def test_map_bad_chunksize(db, chunksize):
     ex = db.executor()
     with pytest.raises(ValueError):
         ex.map(jobs.square, range(5), chunksize=chunksize)
-    assert _counts(db) == {}, "map with a bad chunksize submitted jobs"
+    assert db.counts() == {}, "map with a bad chunksize submitted jobs"
 
 
 def test_map_timeout_raises_and_cancels_pending_jobs(db):
@@ -76,12 +68,12 @@ def test_map_timeout_raises_and_cancels_pending_jobs(db):
     assert not isinstance(info.value, JobTimeoutError)  # the wait timed out, not a job
     assert elapsed < 2.5, f"map's timeout fired after {elapsed:.1f} s"
     # The jobs that had not started are cancelled at once; at most max_workers run.
-    counts = _counts(db)
+    counts = db.counts()
     assert counts.get("ready", 0) == 0 and counts.get("waiting", 0) == 0, counts
     assert counts.get("cancelled", 0) >= n - 2, counts
     assert counts.get("leased", 0) + counts.get("running", 0) <= 2, counts
     ex.shutdown(wait=True)
-    counts = _counts(db)
+    counts = db.counts()
     assert set(counts) <= {"done", "cancelled"}, counts
     assert sum(counts.values()) == n
 
@@ -252,11 +244,11 @@ def test_leaving_map_early_cancels_pending_jobs(db):
     it = ex.map(jobs.sleep, [0.2] * 6, range(6))
     assert next(it) == 0
     it.close()
-    counts = _counts(db)
+    counts = db.counts()
     assert counts.get("ready", 0) == 0 and counts.get("waiting", 0) == 0, counts
     assert counts.get("cancelled", 0) >= 4, counts  # at most one more was running
     ex.shutdown(wait=True)
-    counts = _counts(db)
+    counts = db.counts()
     assert set(counts) <= {"done", "cancelled"} and sum(counts.values()) == 6, counts
 
 

@@ -12,24 +12,12 @@ import threading
 import time
 
 import pytest
-from sqlalchemy import select
 
 import jobs
 from dbexecutor import DBExecutor
 
 T = 60
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
-
-
-def _states(db, futs) -> dict[int, str]:
-    store = db.store()
-    try:
-        j = store.tables.jobs
-        with store.engine.connect() as conn:
-            rows = conn.execute(select(j.c.id, j.c.state).where(j.c.id.in_([f.job_id for f in futs]))).all()
-        return {int(r.id): r.state for r in rows}
-    finally:
-        store.close()
 
 
 def _wait_running(futs, timeout: float = 30) -> None:
@@ -48,7 +36,7 @@ def test_context_manager_waits_for_jobs(db):
         futs = [ex.submit(jobs.sleep, 0.2, i) for i in range(5)]
     assert all(f.done() for f in futs)
     assert [f.result(timeout=0) for f in futs] == list(range(5))
-    assert set(_states(db, futs).values()) == {"done"}
+    assert set(db.states(futs).values()) == {"done"}
 
 
 def test_shutdown_wait_true_returns_after_all_results(db):
@@ -69,7 +57,7 @@ def test_shutdown_wait_false_returns_at_once_and_jobs_complete(db):
     assert time.monotonic() - start < 0.4
     assert not all(f.done() for f in futs)
     assert [f.result(timeout=T) for f in futs] == list(range(4))
-    assert set(_states(db, futs).values()) == {"done"}
+    assert set(db.states(futs).values()) == {"done"}
 
 
 def test_shutdown_cancel_futures(db, tmp_path):
@@ -91,7 +79,7 @@ def test_shutdown_cancel_futures(db, tmp_path):
         with pytest.raises(cf.CancelledError):
             f.result(timeout=0)
     ex.shutdown(wait=True)
-    states = _states(db, busy + held)
+    states = db.states(busy + held)
     assert [states[f.job_id] for f in busy] == ["done", "done"]
     assert [states[f.job_id] for f in held] == ["cancelled"] * len(held)
 
@@ -128,7 +116,7 @@ def test_cancel_not_started_job(db, tmp_path):
         assert target.cancel() is True  # idempotent
         with pytest.raises(cf.CancelledError):
             target.result(timeout=0)
-        assert _states(db, [target]) == {target.job_id: "cancelled"}
+        assert db.states([target]) == {target.job_id: "cancelled"}
         # Another executor on the same tables with free workers never runs it:
         # were it still ready, ex2 would claim it before its own probe (lower id).
         ex2 = db.executor(1)
@@ -139,7 +127,7 @@ def test_cancel_not_started_job(db, tmp_path):
     assert ex2.submit(jobs.identity, "probe2").result(timeout=T) == "probe2"
     ex.shutdown(wait=True)
     ex2.shutdown(wait=True)
-    assert _states(db, [target]) == {target.job_id: "cancelled"}
+    assert db.states([target]) == {target.job_id: "cancelled"}
     assert not os.path.exists(ran), "the cancelled job ran"
 
 
@@ -164,7 +152,7 @@ def test_cancel_running_or_finished_job_returns_false(db, tmp_path):
     finished = ex.submit(jobs.identity, 3)
     assert finished.result(timeout=T) == 3
     assert finished.cancel() is False and not finished.cancelled()
-    states = _states(db, [running, finished])
+    states = db.states([running, finished])
     assert set(states.values()) == {"done"}
 
 

@@ -26,14 +26,6 @@ T = 60
 PICKLE_MESSAGE = re.compile(r"pickl|can't|cannot", re.IGNORECASE)
 
 
-def _counts(db) -> dict[str, int]:
-    store = db.store()
-    try:
-        return store.count_states()
-    finally:
-        store.close()
-
-
 def _construct_must_fail(exc_type, *args, **kwargs):
     """``DBExecutor(*args, **kwargs)`` must raise ``exc_type``; shut it down if it did not."""
     try:
@@ -54,7 +46,7 @@ def _assert_pickling_failure(db, fut) -> None:
     assert PICKLE_MESSAGE.search(str(error)), str(error)
     with pytest.raises(Exception):
         fut.result(timeout=0)
-    assert _counts(db) == {}, "an unpicklable job was stored"
+    assert db.counts() == {}, "an unpicklable job was stored"
 
 
 def test_submit_lambda(db):
@@ -77,14 +69,14 @@ def test_submit_unpicklable_argument(db):
     _assert_pickling_failure(db, ex.submit(jobs.echo_kwargs, lock=threading.Lock()))
     # The executor still works afterwards.
     assert ex.submit(jobs.add, 1, 2).result(timeout=T) == 3
-    assert _counts(db) == {"done": 1}
+    assert db.counts() == {"done": 1}
 
 
 def test_submit_not_callable(db):
     ex = db.executor()
     with pytest.raises(TypeError):
         ex.submit(42)
-    assert _counts(db) == {}
+    assert db.counts() == {}
 
 
 # -- executor options ---------------------------------------------------------------------------
@@ -93,12 +85,12 @@ def test_submit_not_callable(db):
 @pytest.mark.parametrize("workers", [0, -1])
 def test_bad_max_workers(db, workers):
     _construct_must_fail(ValueError, db.url, workers, **db.options)
-    assert _counts(db) == {}
+    assert db.counts() == {}
 
 
 def test_bad_max_tasks_per_child(db):
     _construct_must_fail(ValueError, db.url, 1, max_tasks_per_child=0, **db.options)
-    assert _counts(db) == {}
+    assert db.counts() == {}
 
 
 # -- URLs -----------------------------------------------------------------------------------------
@@ -236,7 +228,7 @@ def test_table_prefix(db):
         finally:
             store.close()
         # The test's own prefix holds nothing.
-        assert _counts(db) == {}
+        assert db.counts() == {}
     finally:
         ex.shutdown(wait=True)
         s = Store(db.url, prefix, create=False)
