@@ -17,7 +17,6 @@ from .errors import (
     DBExecutorError,
     DependencyFailed,
     JobTimeoutError,
-    LeaseLost,
     SchemaVersionError,
     WorkerDied,
 )
@@ -38,5 +37,4 @@ __all__ = [
     "DependencyFailed",
     "JobTimeoutError",
     "WorkerDied",
-    "LeaseLost",
 ]

@@ -31,9 +31,7 @@ class Dialect:
     label: ClassVar[str] = "database"
     #: ``pip install 'dbexecutor[extra]'`` brings the driver.
     extra: ClassVar[str | None] = None
-    supports_skip_locked: ClassVar[bool] = True
     supports_partial_indexes: ClassVar[bool] = True
-    supports_listen_notify: ClassVar[bool] = False
 
     def __init__(self, url: URL) -> None:
         self.url = url
@@ -81,7 +79,6 @@ class SQLiteDialect(Dialect):
     """SQLite: no row locks, so every write transaction is ``BEGIN IMMEDIATE``."""
 
     label = "SQLite"
-    supports_skip_locked = False
     explain_prefix = "EXPLAIN QUERY PLAN "
 
     def __init__(self, url: URL) -> None:
@@ -139,7 +136,6 @@ class PostgreSQLDialect(Dialect):
 
     label = "PostgreSQL"
     extra = "postgresql"
-    supports_listen_notify = True
     _TRANSIENT = {"40P01", "40001", "55P03", "57P01", "57P02", "57P03"}
 
     @contextlib.contextmanager

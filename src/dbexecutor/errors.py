@@ -20,7 +20,6 @@ __all__ = [
     "DependencyFailed",
     "JobTimeoutError",
     "WorkerDied",
-    "LeaseLost",
 ]
 
 
@@ -76,7 +75,3 @@ class WorkerDied(DBExecutorError, BrokenProcessPool):
     unlike ``ProcessPoolExecutor`` only this job is affected: the executor
     replaces the child and carries on.
     """
-
-
-class LeaseLost(DBExecutorError):
-    """The attempt lost its lease (reclaimed or timed out); its result was discarded."""

@@ -123,7 +123,6 @@ class Finished:
     finals: list[Final]
     retried: list[int]
     lost: list[int]
-    released: int = 0  # dependents that became ready
 
 
 def _chunks(ids: Sequence[int]) -> Iterable[Sequence[int]]:
@@ -341,7 +340,7 @@ class Store:
     def finish_and_claim(
         self, reports: Sequence[Report], owner: str, limit: int, ttl: float, now: float
     ) -> tuple[Finished, list[Claimed]]:
-        """:meth:`finish` and then :meth:`claim` in one transaction: one commit per scheduler tick."""
+        """Record how a batch of attempts ended, then :meth:`claim`: one commit per scheduler tick."""
 
         def work(conn: Connection) -> tuple[Finished, list[Claimed]]:
             done = self._finish(conn, reports, now)
@@ -458,17 +457,14 @@ class Store:
 
     # -- finalize -------------------------------------------------------------
 
-    def finish(self, reports: Sequence[Report], now: float) -> Finished:
-        """Record how a batch of attempts ended, in one transaction.
+    def _finish(self, conn: Connection, reports: Sequence[Report], now: float) -> Finished:
+        """Record how a batch of attempts ended, in the caller's transaction.
 
         Per report: the result (or exception) and the final state are written
         together, guarded by the attempt token; a failure with retries left goes
         back to ``ready`` after a backoff. Dependents of jobs that finished are
         released, failed or cancelled in the same transaction.
         """
-        return self._txn(lambda conn: self._finish(conn, reports, now))
-
-    def _finish(self, conn: Connection, reports: Sequence[Report], now: float) -> Finished:
         j = self.tables.jobs
         out = Finished([], [], [])
         reports = sorted(reports, key=lambda r: r.job_id)  # one lock order for every writer
@@ -477,7 +473,7 @@ class Store:
         for rep in ok:
             if rep.job_id in won:
                 out.finals.append(Final(rep.job_id, schema.DONE, rep.blob))
-        out.released = self._release_dependents(conn, sorted(won))
+        self._release_dependents(conn, sorted(won))
         lost = {r.job_id for r in ok} - won
         for rep in reports:
             if rep.ok:
@@ -557,10 +553,10 @@ class Store:
             pairs += conn.execute(select(d.c.job_id, d.c.depends_on_id).where(d.c.depends_on_id.in_(chunk))).all()
         return [(int(a), int(b)) for a, b in pairs]
 
-    def _release_dependents(self, conn: Connection, done_ids: Sequence[int]) -> int:
+    def _release_dependents(self, conn: Connection, done_ids: Sequence[int]) -> None:
         """Count down the open dependencies of the jobs waiting on ``done_ids``; ready at zero."""
         if not done_ids:
-            return 0
+            return
         j = self.tables.jobs
         finished_upstreams: dict[int, int] = {}
         for dep, _ in self._dependents(conn, done_ids):
@@ -580,7 +576,6 @@ class Store:
                         open_deps=j.c.open_deps - k,
                     )
                 )
-        return len(finished_upstreams)
 
     def _fail_dependents(self, conn: Connection, job_id: int, blob: bytes, now: float) -> list[Final]:
         """Fail every job downstream of ``job_id`` with ``DependencyFailed``."""
