@@ -12,7 +12,7 @@ from sqlalchemy import select
 
 import jobs
 
-N = 2000
+N = 3000  # "a few thousand" jobs, submitted one by one
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
