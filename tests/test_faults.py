@@ -137,10 +137,10 @@ def _done_count(store) -> int:
 
 # -- 1. the executor is SIGKILLed mid-run, then resumed ---------------------------------------
 
-DAG_N = 300
+DAG_N = 500
 
 
-@pytest.mark.parametrize("seed,resume", [(1, "attach"), (2, "rerun")])
+@pytest.mark.parametrize("seed,resume", [(1, "attach"), (2, "rerun"), (3, "attach")])
 def test_executor_killed_mid_dag_resumes(db, tmp_path, seed, resume):
     store = db.store()  # the tables exist before the driver and the poll below start
     options = _driver_options(db, max_workers=3)
