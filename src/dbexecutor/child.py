@@ -141,6 +141,6 @@ def child_main(
         job_id, attempt, payload = msg
         beat.start_job(job_id, attempt)
         started = time.time()
-        ok, blob, error = _run_one(store, payload)
+        ok, blob, summary = _run_one(store, payload)
         beat.end_job()
-        conn.send(("result", job_id, attempt, ok, blob, error, started, time.time()))
+        conn.send(("result", job_id, attempt, ok, blob, summary, started, time.time()))

@@ -231,7 +231,10 @@ class DBExecutor(Executor):
         """
         return Submitter(self, replace(self._defaults, **options))
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any) -> JobFuture[T]:
+    # ``after`` is the one keyword Executor.submit does not have, hence the override ignore.
+    def submit(  # type: ignore[override]
+        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any
+    ) -> JobFuture[T]:
         """Persist ``fn(*args, **kwargs)`` as a job and return its future.
 
         ``after``: futures this job waits for (ordering only). A ``JobFuture``

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -88,7 +89,7 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
     """
     validate_prefix(prefix)
     md = MetaData()
-    opts = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mariadb_engine": "InnoDB", "mariadb_charset": "utf8mb4"}
+    opts: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mariadb_engine": "InnoDB", "mariadb_charset": "utf8mb4"}
     jobs = Table(
         f"{prefix}jobs",
         md,

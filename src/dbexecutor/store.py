@@ -267,7 +267,7 @@ class Store:
                     state = schema.WAITING
             row = self._row(job, state, now, open_deps)
             row.update(result=result, error=error, finished_at=finished)
-            job_id = conn.execute(insert(j), row).inserted_primary_key[0]
+            job_id = self._insert_one(conn, row)
             if job.deps:
                 conn.execute(insert(self.tables.deps), [{"job_id": job_id, "depends_on_id": d} for d in job.deps])
             return Submitted(int(job_id), state, result)
@@ -297,10 +297,15 @@ class Store:
                 stmt = insert(j).returning(j.c.id, sort_by_parameter_order=True)
                 ids = [int(i) for i in conn.execute(stmt, rows).scalars()]
             else:  # no RETURNING with executemany (MySQL): one statement per row, still one commit
-                ids = [int(conn.execute(insert(j), row).inserted_primary_key[0]) for row in rows]
+                ids = [self._insert_one(conn, row) for row in rows]
             return [Submitted(i, schema.READY) for i in ids]
 
         return self._txn(work)
+
+    def _insert_one(self, conn: Connection, row: dict[str, Any]) -> int:
+        key = conn.execute(insert(self.tables.jobs), row).inserted_primary_key
+        assert key is not None
+        return int(key[0])
 
     def _row(self, job: NewJob, state: str, now: float, open_deps: int = 0) -> dict[str, Any]:
         return {
