@@ -206,14 +206,14 @@ class DBExecutor(Executor):
             if job_id is None:
                 raise KeyError(f"no job with key {key!r}")
         assert job_id is not None
-        state = self._store.job_state(job_id)
-        if state is None:
+        row = self._store.job(job_id)
+        if row is None:
             raise KeyError(f"no job with id {job_id}")
+        final = row.state in schema.FINAL_STATES
         with self._scheduler.lock:
-            fut = self._scheduler.track(job_id, outstanding=state not in schema.FINAL_STATES)
-        if state in schema.FINAL_STATES:
-            for final in self._store.finals([job_id]):
-                self._scheduler.resolve(final)
+            fut = self._scheduler.track(job_id, outstanding=not final)
+        if final:
+            self._scheduler.resolve(row)
         else:
             self._scheduler.wake()
         return fut

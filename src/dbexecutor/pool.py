@@ -51,7 +51,6 @@ class Child:
     started_at: float = 0.0  # wall clock when the first job in the queue started
     started_mono: float = 0.0  # the same, monotonic, for the timeout
     tasks: int = 0
-    retiring: bool = False
     ready: bool = False  # started, initializer done: its heartbeat covers the job it runs
 
     @property

@@ -303,7 +303,6 @@ class Scheduler:
         c.queue.clear()
 
     def _retire(self, c: Child) -> None:
-        c.retiring = True
         try:
             c.conn.send(None)
         except OSError:

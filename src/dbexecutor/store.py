@@ -670,10 +670,17 @@ class Store:
 
         return self._txn(work, read_only=True)
 
-    def job_state(self, job_id: int) -> str | None:
-        """The current state of one job, or None if there is no such job."""
+    def job(self, job_id: int) -> Final | None:
+        """One job's state (with its result or exception if final), or None if there is no such job."""
         j = self.tables.jobs
-        return self._txn(lambda c: c.execute(select(j.c.state).where(j.c.id == job_id)).scalar(), read_only=True)
+
+        def work(conn: Connection) -> Final | None:
+            row = conn.execute(select(j.c.state, j.c.result).where(j.c.id == job_id)).first()
+            if row is None:
+                return None
+            return Final(job_id, row.state, row.result if row.state in schema.FINAL_STATES else None)
+
+        return self._txn(work, read_only=True)
 
     def job_id_for_key(self, key: str) -> int | None:
         """The id of the job with ``key``, or None."""
