@@ -48,7 +48,8 @@ def test_rows_store_options_fn_name_and_result(db):
         row = conn.execute(select(j).where(j.c.id == fut.job_id)).one()
     assert row.state == "done"
     assert row.fn_name == "jobs.square"
-    assert (row.job_key, row.group_key, row.weight, row.priority, row.timeout) == ("k-1", "ingest", 3, 7, 30.0)
+    assert (row.job_key, row.group_key, row.priority, row.timeout) == ("k-1", "ingest", 7, 30.0)
+    assert {g.name: g.weight for g in ex.groups()} == {"default": 1, "ingest": 3}
     assert row.result is not None and row.finished_at >= row.created_at
     store.close()
 

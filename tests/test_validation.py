@@ -13,6 +13,7 @@ import pytest
 from sqlalchemy import inspect, update
 
 import jobs
+from dbexecutor import schema
 from dbexecutor import (
     ConfigurationError,
     DatabaseUnavailable,
@@ -209,7 +210,7 @@ def test_concurrent_creation_is_idempotent(db):
     try:
         with store.engine.connect() as conn:
             rows = conn.execute(store.tables.meta.select()).all()
-        assert [(r.name, r.value) for r in rows] == [("schema_version", "1")]
+        assert sorted((r.name, r.value) for r in rows) == [("schema_version", str(schema.SCHEMA_VERSION)), ("vtime", "0")]
     finally:
         store.close()
 

@@ -20,8 +20,9 @@ from .errors import (
     SchemaVersionError,
     WorkerDied,
 )
-from .executor import DBExecutor, JobOptions, Submitter
+from .executor import Batch, DBExecutor, JobOptions, Submitter
 from .future import JobFuture
+from .store import GroupInfo
 
 __version__ = "0.1.0"
 
@@ -30,6 +31,8 @@ __all__ = [
     "JobFuture",
     "JobOptions",
     "Submitter",
+    "Batch",
+    "GroupInfo",
     "DBExecutorError",
     "ConfigurationError",
     "DatabaseUnavailable",

@@ -10,18 +10,22 @@ class once, from the URL, before any connection is made.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import threading
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
-from sqlalchemy import Select, event, text
+from sqlalchemy import Insert, Select, Table, event, insert, text
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
 from .errors import ConfigurationError
 
 __all__ = ["Dialect", "resolve"]
+
+log = logging.getLogger("dbexecutor.listen")
 
 
 class Dialect:
@@ -62,6 +66,29 @@ class Dialect:
     def schema_lock(self, conn: Connection, name: str) -> Iterator[None]:
         """Serialise schema creation between processes (inside ``conn``'s transaction)."""
         yield
+
+    def insert_ignore(self, table: Table) -> Insert:
+        """An ``INSERT`` that silently skips rows whose primary key exists."""
+        return insert(table).prefix_with("IGNORE")
+
+    # -- notifications --------------------------------------------------------
+
+    #: Whether :meth:`notify` and :meth:`listen` do anything (PostgreSQL only).
+    supports_notify: ClassVar[bool] = False
+
+    def notify(self, conn: Connection, channel: str, payload: str) -> None:
+        """Queue a notification, delivered when ``conn``'s transaction commits."""
+
+    def listen(
+        self, engine: Engine, channel: str, callback: Callable[[str | None], None], stop: threading.Event
+    ) -> threading.Thread | None:
+        """Start a thread that calls ``callback(payload)`` per notification, until ``stop`` is set.
+
+        ``callback(None)`` means notifications may have been missed (the
+        listening connection was (re)opened): look at everything. Returns None
+        where the database has no notifications, so polling is all there is.
+        """
+        return None
 
     explain_prefix: ClassVar[str] = "EXPLAIN "
 
@@ -123,6 +150,9 @@ class SQLiteDialect(Dialect):
     def for_claim(self, stmt: Select[Any]) -> Select[Any]:
         return stmt  # BEGIN IMMEDIATE already holds the only lock there is
 
+    def insert_ignore(self, table: Table) -> Insert:
+        return insert(table).prefix_with("OR IGNORE")
+
     def for_update(self, stmt: Select[Any]) -> Select[Any]:
         return stmt
 
@@ -143,6 +173,29 @@ class PostgreSQLDialect(Dialect):
         # Transaction-scoped advisory lock: released by the commit that publishes the tables.
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(name.encode())})
         yield
+
+    def insert_ignore(self, table: Table) -> Insert:
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).on_conflict_do_nothing()
+
+    supports_notify = True
+
+    def notify(self, conn: Connection, channel: str, payload: str) -> None:
+        # pg_notify() rather than NOTIFY: the payload is a bound parameter.
+        conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": channel, "p": payload})
+
+    def listen(
+        self, engine: Engine, channel: str, callback: Callable[[str | None], None], stop: threading.Event
+    ) -> threading.Thread | None:
+        # A connection of its own, outside the pool: it sits in LISTEN for the
+        # executor's lifetime, in autocommit (notifications arrive between transactions).
+        cargs, cparams = engine.dialect.create_connect_args(self.url)
+        thread = threading.Thread(
+            target=_pg_listen, args=(cargs, cparams, channel, callback, stop), name="dbexecutor-listen", daemon=True
+        )
+        thread.start()
+        return thread
 
     def is_transient(self, error: DBAPIError) -> bool:
         code = getattr(error.orig, "sqlstate", None)
@@ -197,6 +250,34 @@ class MySQLDialect(Dialect):
         args = getattr(error.orig, "args", ())
         code = args[0] if args and isinstance(args[0], int) else None
         return super().is_transient(error) or code in self._TRANSIENT
+
+
+def _pg_listen(
+    cargs: Any, cparams: dict[str, Any], channel: str, callback: Callable[[str | None], None], stop: threading.Event
+) -> None:
+    import psycopg
+    from psycopg import sql
+
+    backoff = 0.1
+    while not stop.is_set():
+        try:
+            with psycopg.connect(*cargs, **cparams, autocommit=True) as pg:
+                pg.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                callback(None)  # anything sent while we were not listening is unknown
+                backoff = 0.1
+                while not stop.is_set():
+                    # A bounded wait, so that ``stop`` is seen within half a second.
+                    for note in pg.notifies(timeout=0.5):
+                        callback(note.payload)
+        except psycopg.Error as error:
+            if stop.is_set():
+                break
+            log.info("LISTEN connection lost (%s); reconnecting in %.1f s", type(error).__name__, backoff)
+            stop.wait(backoff)
+            backoff = min(backoff * 2, 5.0)
+        except Exception:  # a bug in the callback must not end the wake-ups silently
+            log.exception("the LISTEN thread failed; polling continues without it")
+            return
 
 
 # URL scheme -> (dialect class, the driver we use for it)

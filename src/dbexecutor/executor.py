@@ -23,9 +23,9 @@ from . import schema, serialization
 from .future import JobFuture
 from .pool import default_context
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
-from .store import Final, NewJob, Store, Submitted
+from .store import Final, GroupInfo, NewJob, Store, Submitted
 
-__all__ = ["DBExecutor", "JobOptions", "Submitter"]
+__all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
 
 T = TypeVar("T")
 
@@ -47,16 +47,18 @@ class JobOptions:
     """Per-job options, stored on the row.
 
     ``key``: unique per database; submitting an existing key returns that job's
-    future instead of a new job. ``group`` / ``weight``: the fair-share group
-    and its weight. ``priority``: higher runs first. ``timeout``: seconds per
+    future instead of a new job. ``group``: the fair-share group (see
+    :meth:`DBExecutor.configure_group`); ``weight``: sets that group's weight
+    (``None``: leave it as configured). ``priority``: higher runs first within
+    its group. ``timeout``: seconds per
     attempt before the child's process tree is killed (``None``: the executor
     default). ``retries``: further attempts after a failure. ``delay`` or
     ``run_after`` (epoch seconds): not ready before then.
     """
 
     key: str | None = None
-    group: str = "default"
-    weight: int = 1
+    group: str = schema.DEFAULT_GROUP
+    weight: int | None = None
     priority: int = 0
     timeout: float | None = None
     retries: int | None = None
@@ -68,7 +70,7 @@ class JobOptions:
             raise ValueError("key must be a non-empty string of at most 255 characters")
         if not isinstance(self.group, str) or not 0 < len(self.group) <= 255:
             raise ValueError("group must be a non-empty string of at most 255 characters")
-        if not isinstance(self.weight, int) or self.weight < 1:
+        if self.weight is not None and (not isinstance(self.weight, int) or self.weight < 1):
             raise ValueError("weight must be an integer >= 1")
         if not isinstance(self.priority, int):
             raise ValueError("priority must be an integer")
@@ -102,6 +104,113 @@ class Submitter:
     ) -> Iterator[T]:
         """As :meth:`DBExecutor.map`, with these options."""
         return self._executor._map(fn, iterables, timeout, chunksize, self._options)
+
+    def batch(self) -> Batch:
+        """As :meth:`DBExecutor.batch`; the children get these options."""
+        return Batch(self._executor, self._options)
+
+
+class Batch(JobFuture[list[Any]]):
+    """A set of jobs submitted as one unit, with a future of its own.
+
+    Use it as a context manager; leaving the block seals it::
+
+        with ex.batch() as batch:
+            for path in paths:
+                batch.submit(load, path)
+        ex.submit(report, after=[batch])   # runs when every child is done
+        batch.result()                     # the children's results, in submission order
+
+    The children run as ordinary jobs as soon as they are submitted; the
+    batch itself never runs. It is done when its last child is done, and fails
+    as soon as a child fails, with that child's exception (the other children
+    go on; :attr:`children` shows their states). Cancelling the batch cancels
+    the children that have not started. Sealing stores the batch row; until
+    then it has no ``job_id`` and cannot be a dependency.
+    """
+
+    def __init__(self, executor: DBExecutor, options: JobOptions) -> None:
+        super().__init__(None, None, executor._store.identity)  # type: ignore[arg-type]
+        self._executor = executor
+        self._options = options
+        #: The children's futures, in submission order.
+        self.children: list[JobFuture[Any]] = []
+        self._sealed = False
+
+    def __repr__(self) -> str:
+        sealed = "" if self._sealed else " unsealed"
+        return f"<Batch job_id={self.job_id}{sealed} children={len(self.children)} state={self._state.lower()}>"
+
+    def _check_unsealed(self) -> None:
+        if self._sealed:
+            raise RuntimeError("this batch is sealed; start a new one to submit more jobs")
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any) -> JobFuture[T]:
+        """Submit a child (as :meth:`DBExecutor.submit`); a call that cannot be pickled raises here."""
+        self._check_unsealed()
+        fut = self._executor._submit(fn, args, kwargs, after, self._options)
+        if fut.job_id is None:  # not stored: a batch holds only stored jobs
+            fut.result()
+        self._add([fut])
+        return fut
+
+    def map(self, fn: Callable[..., T], *iterables: Iterable[Any]) -> list[JobFuture[T]]:
+        """Submit one child per item (as :meth:`DBExecutor.map` with chunksize 1); their futures, in order."""
+        self._check_unsealed()
+        ex = self._executor
+        ex._check_open()
+        now = time.time()
+        futures: list[JobFuture[Any]] = []
+        calls = (ex._prepare(fn, args, {}, (), self._options, now) for args in zip(*iterables))
+        while chunk := list(itertools.islice(calls, _MAP_BATCH)):
+            for call in chunk:
+                if isinstance(call, JobFuture):
+                    call.result()  # raises the pickling error
+            futures += ex._submit_many(chunk, now)
+        self._add(futures)
+        return futures
+
+    def _add(self, futures: list[JobFuture[Any]]) -> None:
+        known = {f.job_id for f in self.children}
+        for fut in futures:
+            if fut.job_id in known:
+                raise ValueError(f"job {fut.job_id} is already in this batch (a key submitted twice?)")
+            known.add(fut.job_id)
+        self.children += futures
+
+    def seal(self) -> Batch:
+        """Store the batch; from now on it resolves from its row and can be a dependency. Returns itself."""
+        self._check_unsealed()
+        self._executor._seal(self)
+        self._sealed = True
+        return self
+
+    def cancel(self) -> bool:
+        """Cancel the batch and its children that have not started."""
+        if not self._sealed:
+            for child in self.children:
+                child.cancel()
+            self._sealed = True
+            return Future.cancel(self) and self._notified()
+        return super().cancel()
+
+    def _notified(self) -> bool:
+        try:
+            self.set_running_or_notify_cancel()
+        except RuntimeError:
+            pass
+        return True
+
+    def __enter__(self) -> Batch:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if self._sealed:
+            return
+        if exc_type is None:
+            self.seal()
+        else:  # the block failed: the batch never forms, its children do not run
+            self.cancel()
 
 
 class DBExecutor(Executor):
@@ -218,6 +327,53 @@ class DBExecutor(Executor):
             self._scheduler.wake()
         return fut
 
+    # -- groups and batches -------------------------------------------------------
+
+    def configure_group(self, name: str, *, weight: int | None = None, limit: Any = Store._KEEP) -> GroupInfo:
+        """Create or change a fair-share group, for every executor on this database.
+
+        ``weight`` (>= 1): when slots are scarce, groups with ready work start
+        jobs in proportion to their weights. ``limit``: at most this many of
+        the group's jobs leased or running at once, across every executor and
+        worker on the database (``0`` pauses the group, ``None`` removes the
+        limit; leave it out to keep the current one). Returns the stored settings.
+        """
+        if not isinstance(name, str) or not 0 < len(name) <= 255:
+            raise ValueError("group must be a non-empty string of at most 255 characters")
+        if weight is not None and (not isinstance(weight, int) or weight < 1):
+            raise ValueError("weight must be an integer >= 1")
+        if limit is not Store._KEEP and limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise ValueError("limit must be an integer >= 0, or None for no limit")
+        info = self._store.configure_group(name, weight=weight, limit=limit)
+        self._scheduler.wake()
+        return info
+
+    def groups(self) -> list[GroupInfo]:
+        """Every group in the database with its weight and limit."""
+        return self._store.groups()
+
+    def batch(self) -> Batch:
+        """A new :class:`Batch`: jobs submitted through it form one unit with its own future."""
+        return Batch(self, self._defaults)
+
+    def _seal(self, batch: Batch) -> None:
+        self._check_open()
+        now = time.time()
+        job = NewJob(
+            fn_name="dbexecutor.batch",
+            payload=b"",
+            deps=tuple(f.job_id for f in batch.children),
+            group=batch._options.group,
+            submitted_by=self._submitter_id,
+            batch=True,
+        )
+        with self._scheduler.lock:
+            row = self._store.insert_job(job, now)
+            batch.job_id = row.job_id
+            batch._canceller = self._scheduler.cancel_job
+            self._scheduler.track(row.job_id, outstanding=row.state not in schema.FINAL_STATES, future=batch)
+        self._settle([row])
+
     def futures(self) -> list[JobFuture[Any]]:
         """Futures of every unfinished job in the database, oldest first."""
         return [self.future(job_id) for job_id in self._store.unfinished()]
@@ -249,6 +405,8 @@ class DBExecutor(Executor):
             raise TypeError(
                 f"a dependency must be a JobFuture from a DBExecutor on the same database, not {type(fut).__name__}"
             )
+        if isinstance(fut, Batch) and not fut._sealed:
+            raise TypeError("a batch can be a dependency once it is sealed (after its with block, or seal())")
         if fut.job_id is None or fut._identity != self._store.identity:
             raise TypeError(f"{fut!r} belongs to another database or table prefix and cannot be a dependency here")
         return fut.job_id
@@ -325,6 +483,8 @@ class DBExecutor(Executor):
         with self._scheduler.lock:
             row = self._store.insert_job(job, now)
             fut = self._scheduler.track(row.job_id, outstanding=row.state not in schema.FINAL_STATES)
+        if job.run_after is not None:
+            self._scheduler.due(job.run_after)
         self._settle([row])
         return fut
 

@@ -15,6 +15,7 @@ rows are the truth, and every write is guarded by the attempt token.
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import threading
@@ -107,9 +108,16 @@ class Scheduler:
         self._next_renew = 0.0
         self._next_poll = 0.0
         self._next_reclaim = 0.0
+        self._dues: list[float] = []  # heap: wall-clock times delayed jobs of ours become runnable
+        self._poll_all = False  # a notification asked for a full poll of our futures
+        self._poll_ids: set[int] = set()  # ... or for these jobs, which finished elsewhere
+        self._stop_listening = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dbexecutor-scheduler", daemon=True)
         _live.add(self)
         self._thread.start()
+        # PostgreSQL: LISTEN/NOTIFY wakes us when other processes make work
+        # ready or finish our jobs; polling stays as the backstop.
+        self._listener = store.listen(self._on_notify, self._stop_listening)
 
     # -- called from user threads --------------------------------------------
 
@@ -129,11 +137,38 @@ class Scheduler:
             except BlockingIOError:
                 pass  # pipe full: a wake-up is pending anyway
 
-    def track(self, job_id: int, outstanding: bool = True) -> JobFuture[Any]:
+    def due(self, when: float) -> None:
+        """A job of ours becomes runnable at ``when`` (epoch seconds): look for work then."""
+        with self.lock:
+            heapq.heappush(self._dues, when)
+        self.wake()
+
+    def _on_notify(self, payload: str | None) -> None:
+        """Called by the LISTEN thread: ``sender \t flags \t ids`` (None: anything may have happened)."""
+        if payload is None:
+            self._poll_all = True
+            self.wake()
+            return
+        sender, _, rest = payload.partition("\t")
+        if sender == self.store.sender:
+            return  # our own change: this loop already knows
+        flags, _, ids = rest.partition("\t")
+        if "f" in flags:
+            if ids == "*":
+                self._poll_all = True
+            else:
+                with self.lock:
+                    mine = {int(i) for i in ids.split(",") if i} & (self._outstanding | set(self._futures.keys()))
+                    self._poll_ids |= mine
+                if not mine and "r" not in flags:
+                    return
+        self.wake()
+
+    def track(self, job_id: int, outstanding: bool = True, future: JobFuture[Any] | None = None) -> JobFuture[Any]:
         """The future of ``job_id`` (one per job per process), resolved when the job ends. Hold ``lock``."""
         fut = self._futures.get(job_id)
         if fut is None:
-            fut = JobFuture(job_id, self.cancel_job, self.store.identity)
+            fut = future if future is not None else JobFuture(job_id, self.cancel_job, self.store.identity)
             self._futures[job_id] = fut
         if outstanding:
             self._outstanding.add(job_id)
@@ -197,6 +232,7 @@ class Scheduler:
             log.exception("the dbexecutor scheduler stopped on an unexpected error")
             self._break("the scheduler thread stopped on an unexpected error; see the log")
         finally:
+            self._stop_listening.set()
             self._stop_children()
             with self._wake_lock:
                 self._wake_closed = True
@@ -228,13 +264,27 @@ class Scheduler:
         if now >= self._next_renew:
             self._next_renew = now + self.s.heartbeat_interval
             self._renew_held()
-        if now >= self._next_poll:
+        if self._poll_all or now >= self._next_poll:
+            self._poll_all = False
             self._next_poll = now + self.s.poll_interval
             self._poll_remote()
+        elif self._poll_ids:
+            with self.lock:
+                ids, self._poll_ids = sorted(self._poll_ids), set()
+            for final in self.store.finals(ids):
+                self.resolve(final)
 
     def _wait(self, backoff: float) -> None:
         now = time.monotonic()
         timeout = min(self.s.poll_interval, max(0.0, self._next_reclaim - now))
+        if self._dues:
+            wall = time.time()
+            with self.lock:
+                while self._dues and self._dues[0] <= wall:
+                    heapq.heappop(self._dues)
+                    timeout = 0.0  # it is runnable now: this tick's claim finds it
+                if self._dues:
+                    timeout = min(timeout, self._dues[0] - wall)
         for c in self._children:
             deadline = c.deadline
             if deadline is not None:

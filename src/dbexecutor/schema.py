@@ -2,13 +2,20 @@
 
 ``jobs`` holds one row per submitted job; ``job_deps`` the dependency edges
 (``job_id`` waits for ``depends_on_id``); ``attempts`` one row per run of a job;
-``meta`` the schema version. Every name carries the store's table prefix, so
+``groups`` the fair-share groups (weight, concurrency limit, and the virtual
+time the stride scheduler keeps for each); ``meta`` the schema version and the
+scheduler's global virtual time. Every name carries the store's table prefix, so
 the tables can live inside an application's own database.
 
 Readiness is kept on the row: ``open_deps`` counts the upstream jobs that are
 not done yet, and a job moves from ``waiting`` to ``ready`` in the transaction
 that finishes its last upstream. The claim therefore reads only ``ready`` rows
 through the ready index and never walks the DAG.
+
+A batch is a row with ``batch = 1`` that depends on its children (edges carry
+the child's ``position``). It is never ``ready``: the transaction that
+finishes its last child rolls it up to ``done`` with the children's results,
+and the first child failure fails it.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 # Job states.
 WAITING = "waiting"  # some upstream job is not done yet
@@ -50,6 +57,8 @@ ACTIVE_STATES = (LEASED, RUNNING)
 FINAL_STATES = (DONE, FAILED, CANCELLED)
 PENDING_STATES = (WAITING, READY)
 ALL_STATES = (WAITING, READY, LEASED, RUNNING, DONE, FAILED, CANCELLED)
+
+DEFAULT_GROUP = "default"
 
 _PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,29}$")
 
@@ -72,12 +81,13 @@ def validate_prefix(prefix: str) -> str:
 
 @dataclass(frozen=True)
 class Tables:
-    """The four tables of one store, bound to one prefix."""
+    """The tables of one store, bound to one prefix."""
 
     metadata: MetaData
     jobs: Table
     deps: Table
     attempts: Table
+    groups: Table
     meta: Table
 
 
@@ -100,8 +110,8 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         Column("result", _Blob, nullable=True),  # pickled result or exception
         Column("error", _Text, nullable=True),  # "Type: message" of the final exception, for people
         Column("job_key", String(255), nullable=True),
-        Column("group_key", String(255), nullable=False, server_default="default"),
-        Column("weight", Integer, nullable=False, server_default="1"),
+        Column("group_key", String(255), nullable=False, server_default=DEFAULT_GROUP),
+        Column("batch", Integer, nullable=False, server_default="0"),  # 1: a container that never runs
         Column("priority", Integer, nullable=False, server_default="0"),
         Column("timeout", Double, nullable=True),
         Column("retries", Integer, nullable=False, server_default="0"),
@@ -117,16 +127,18 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         UniqueConstraint("job_key", name=f"{prefix}uq_jobs_key"),
         **opts,
     )
+    # The claim asks each group for its best ready rows: (group, priority, age).
     if partial_indexes:
         Index(
             f"{prefix}ix_jobs_ready",
+            jobs.c.group_key,
             jobs.c.priority.desc(),
             jobs.c.id,
             postgresql_where=text("state = 'ready'"),
             sqlite_where=text("state = 'ready'"),
         )
     else:
-        Index(f"{prefix}ix_jobs_ready", jobs.c.state, jobs.c.priority.desc(), jobs.c.id)
+        Index(f"{prefix}ix_jobs_ready", jobs.c.state, jobs.c.group_key, jobs.c.priority.desc(), jobs.c.id)
     # Reclaim looks for expired leases among leased/running rows. Partial where
     # possible, so that no planner prefers it over the ready index for a claim.
     active = text("state IN ('leased', 'running')")
@@ -136,6 +148,7 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         md,
         Column("job_id", _Id, ForeignKey(f"{prefix}jobs.id"), nullable=False),
         Column("depends_on_id", _Id, ForeignKey(f"{prefix}jobs.id"), nullable=False),
+        Column("position", Integer, nullable=True),  # a batch's edges: the child's place in the result list
         PrimaryKeyConstraint("job_id", "depends_on_id", name=f"{prefix}pk_job_deps"),
         Index(f"{prefix}ix_job_deps_up", "depends_on_id"),
         **opts,
@@ -154,6 +167,17 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         Index(f"{prefix}ix_attempts_job", "job_id", "attempt"),
         **opts,
     )
+    groups = Table(
+        f"{prefix}groups",
+        md,
+        Column("name", String(255), primary_key=True),
+        Column("weight", Integer, nullable=False, server_default="1"),
+        Column("max_running", Integer, nullable=True),  # leased + running jobs allowed at once, everywhere
+        # Stride scheduling: jobs started so far divided by the weight (a virtual time), advanced
+        # by every claim; the group furthest behind is served first.
+        Column("vtime", Double, nullable=False, server_default="0"),
+        **opts,
+    )
     meta = Table(
         f"{prefix}meta",
         md,
@@ -161,4 +185,4 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         Column("value", String(255), nullable=False),
         **opts,
     )
-    return Tables(md, jobs, deps, attempts, meta)
+    return Tables(md, jobs, deps, attempts, groups, meta)

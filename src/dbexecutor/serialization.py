@@ -120,6 +120,29 @@ def resolve_refs(
     return map_arguments(args, kwargs, lambda x: results[x.job_id] if type(x) is JobRef else x)
 
 
+class _BatchResult:
+    """A batch's stored result: its children's result pickles, loaded as one list."""
+
+    def __init__(self, blobs: list[bytes]) -> None:
+        self.blobs = blobs
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (_load_batch, (self.blobs,))
+
+
+def _load_batch(blobs: list[bytes]) -> list[Any]:
+    return [loads(b) for b in blobs]
+
+
+def batch_result(blobs: list[bytes]) -> bytes:
+    """The result of a batch: unpickles to the list of its children's results, in order.
+
+    The children's pickles are nested as they are, so the parent never has to
+    unpickle (or be able to import) the children's result types.
+    """
+    return dumps(_BatchResult(blobs))
+
+
 # -- exceptions ---------------------------------------------------------------
 
 

@@ -10,21 +10,26 @@ that finishes the upstream job, so the claim only ever reads ``ready`` rows.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import logging
 import random
 import socket
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
+    and_,
     bindparam,
     Select,
     case,
     create_engine,
+    exists,
     func,
     insert,
     literal_column,
@@ -39,13 +44,14 @@ from . import schema, serialization
 from .dialects import Dialect, resolve
 from .errors import ConfigurationError, DatabaseUnavailable, SchemaVersionError
 
-__all__ = ["Store", "NewJob", "Submitted", "Claimed", "Report", "Final", "masked_url"]
+__all__ = ["Store", "NewJob", "Submitted", "Claimed", "Report", "Final", "GroupInfo", "masked_url"]
 
 log = logging.getLogger("dbexecutor.store")
 T = TypeVar("T")
 
 _MAX_TXN_TRIES = 8
 _IN_CHUNK = 500  # ids per IN (...) list, well under every driver's parameter limit
+_NOTIFY_IDS = 600  # finished ids listed in one notification (PostgreSQL caps a payload at 8000 bytes)
 
 
 def masked_url(url: Any) -> str:
@@ -61,13 +67,24 @@ class NewJob:
     payload: bytes
     deps: tuple[int, ...]
     key: str | None = None
-    group: str = "default"
-    weight: int = 1
+    group: str = schema.DEFAULT_GROUP
+    weight: int | None = None  # set the group's weight (None: leave it as configured)
     priority: int = 0
     timeout: float | None = None
     retries: int = 0
     run_after: float | None = None
     submitted_by: str | None = None
+    batch: bool = False  # a container whose ``deps`` are its children, in order
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    """A fair-share group as stored: weight, concurrency limit (None: none) and virtual time."""
+
+    name: str
+    weight: int
+    limit: int | None
+    vtime: float
 
 
 @dataclass(frozen=True)
@@ -123,6 +140,7 @@ class Finished:
     finals: list[Final]
     retried: list[int]
     lost: list[int]
+    released: int = 0  # dependents that became ready
 
 
 def _chunks(ids: Sequence[int]) -> Iterable[Sequence[int]]:
@@ -154,6 +172,11 @@ class Store:
         j = self.tables.jobs
         self._ready = j.c.state == literal_column(f"'{schema.READY}'")  # literal, so partial indexes apply
         self._active = j.c.state.in_([literal_column(f"'{s}'") for s in schema.ACTIVE_STATES])
+        #: Where this store's notifications go (PostgreSQL); one channel per table prefix.
+        self.channel = f"{prefix}dbexecutor"
+        #: Names this store's notifications, so a listener can skip its own.
+        self.sender = uuid.uuid4().hex[:12]
+        self._groups_seen: dict[str, int | None] = {}  # groups this process has made sure exist
 
     def __repr__(self) -> str:
         return f"Store({masked_url(self.url)!r}, prefix={self.prefix!r})"
@@ -217,11 +240,20 @@ class Store:
                 self.tables.metadata.create_all(conn, checkfirst=True)
                 found = conn.execute(select(meta.c.value).where(meta.c.name == "schema_version")).scalar()
                 if found is None:
-                    conn.execute(insert(meta).values(name="schema_version", value=str(schema.SCHEMA_VERSION)))
+                    conn.execute(insert(meta), [
+                        {"name": "schema_version", "value": str(schema.SCHEMA_VERSION)},
+                        {"name": "vtime", "value": "0"},
+                    ])
+                    conn.execute(insert(self.tables.groups).values(name=schema.DEFAULT_GROUP))
                 elif int(found) > schema.SCHEMA_VERSION:
                     raise SchemaVersionError(
                         f"the tables with prefix {self.prefix!r} have schema version {found}, but this "
                         f"dbexecutor knows only up to {schema.SCHEMA_VERSION}; upgrade dbexecutor"
+                    )
+                elif int(found) < schema.SCHEMA_VERSION:
+                    raise SchemaVersionError(
+                        f"the tables with prefix {self.prefix!r} have schema version {found}, from a pre-release "
+                        f"dbexecutor that cannot be upgraded in place; finish or drop those jobs, or use another prefix"
                     )
 
         self._txn(work)
@@ -230,6 +262,76 @@ class Store:
         """Drop this prefix's tables (tests and tooling)."""
         self.tables.metadata.drop_all(self.engine, checkfirst=True)
 
+    # -- notifications ----------------------------------------------------------
+
+    def _notify(self, conn: Connection, *, ready: bool = False, finished: Sequence[int] = ()) -> None:
+        """Tell other processes (PostgreSQL) that work became ready or jobs finished.
+
+        Called at most once per transaction, at its end, so a burst of changes
+        costs one notification. Payload: ``sender  flags  ids`` (tab-separated);
+        ``*`` instead of ids when there are too many to list.
+        """
+        if not self.dialect.supports_notify or not (ready or finished):
+            return
+        flags = ("r" if ready else "") + ("f" if finished else "")
+        ids = "*" if len(finished) > _NOTIFY_IDS else ",".join(map(str, finished))
+        self.dialect.notify(conn, self.channel, f"{self.sender}\t{flags}\t{ids}")
+
+    def listen(self, callback: Callable[[str | None], None], stop: threading.Event) -> threading.Thread | None:
+        """Call ``callback`` for each notification on this store's channel (None where unsupported)."""
+        return self.dialect.listen(self.engine, self.channel, callback, stop)
+
+    # -- groups ---------------------------------------------------------------
+
+    def _ensure_groups(self, conn: Connection, jobs: Sequence[NewJob]) -> dict[str, int | None]:
+        """Create the groups of ``jobs`` this process has not seen, and set weights given with them."""
+        g = self.tables.groups
+        todo: dict[str, int | None] = {}
+        for job in jobs:
+            seen = self._groups_seen.get(job.group, -1)
+            if seen == -1 or (job.weight is not None and job.weight != seen):
+                todo[job.group] = job.weight if job.weight is not None else todo.get(job.group)
+        for name, weight in todo.items():
+            conn.execute(self.dialect.insert_ignore(g).values(name=name, weight=weight or 1))
+            if weight is not None:
+                conn.execute(update(g).where(g.c.name == name, g.c.weight != weight).values(weight=weight))
+        return todo
+
+    def _groups_done(self, todo: dict[str, int | None]) -> None:
+        # Only after the commit: a rolled-back insert must be tried again.
+        for name, weight in todo.items():
+            self._groups_seen[name] = weight if weight is not None else self._groups_seen.get(name)
+
+    _KEEP: Any = object()
+
+    def configure_group(self, name: str, *, weight: int | None = None, limit: Any = _KEEP) -> GroupInfo:
+        """Create or change a group: its weight, and its limit (``None``: unlimited) unless left out."""
+        g = self.tables.groups
+
+        def work(conn: Connection) -> GroupInfo:
+            conn.execute(self.dialect.insert_ignore(g).values(name=name, weight=weight or 1))
+            values: dict[str, Any] = {}
+            if weight is not None:
+                values["weight"] = weight
+            if limit is not self._KEEP:
+                values["max_running"] = limit
+            if values:
+                conn.execute(update(g).where(g.c.name == name).values(**values))
+            row = conn.execute(select(g).where(g.c.name == name)).one()
+            if limit is not self._KEEP and (limit is None or limit > 0):
+                self._notify(conn, ready=True)  # a raised limit may let waiting work run elsewhere
+            return GroupInfo(row.name, row.weight, row.max_running, row.vtime)
+
+        info = self._txn(work)
+        self._groups_seen[name] = info.weight
+        return info
+
+    def groups(self) -> list[GroupInfo]:
+        """Every group, by name."""
+        g = self.tables.groups
+        rows = self._txn(lambda c: c.execute(select(g).order_by(g.c.name)).all(), read_only=True)
+        return [GroupInfo(r.name, r.weight, r.max_running, r.vtime) for r in rows]
+
     # -- submit ---------------------------------------------------------------
 
     def insert_job(self, job: NewJob, now: float) -> Submitted:
@@ -237,43 +339,63 @@ class Store:
 
         The upstream rows are locked while the edges are written, so an
         upstream cannot finish between "count open dependencies" and "insert
-        edges" and leave this job waiting forever.
+        edges" and leave this job waiting forever. A batch (``job.batch``)
+        whose children have all finished is rolled up at once.
         """
         j = self.tables.jobs
+        groups: dict[str, int | None] = {}
 
         def work(conn: Connection) -> Submitted:
+            nonlocal groups
             if job.key is not None:
                 found = self._by_key(conn, job.key)
                 if found is not None:
                     return found
+            groups = self._ensure_groups(conn, [job])
             state, result, error, finished = schema.READY, None, None, None
             open_deps = 0
             if job.deps:
-                stmt = select(j.c.id, j.c.state, j.c.result).where(j.c.id.in_(job.deps)).order_by(j.c.id)
+                stmt = select(j.c.id, j.c.state, j.c.result, j.c.finished_at).where(j.c.id.in_(job.deps)).order_by(j.c.id)
                 rows = conn.execute(self.dialect.for_update(stmt)).all()
                 missing = set(job.deps) - {r.id for r in rows}
                 if missing:
                     raise ValueError(f"dependency job(s) {sorted(missing)} do not exist in this database")
-                for r in rows:
+                # The first failure (in time) decides, as when it happens later.
+                for r in sorted(rows, key=lambda r: (r.state != schema.FAILED, r.finished_at or 0.0, r.id)):
                     if r.state == schema.FAILED:
-                        state, result, finished = schema.FAILED, serialization.dependency_failure(r.id, r.result), now
-                        error = f"DependencyFailed: upstream job {r.id} failed"
+                        state, finished = schema.FAILED, now
+                        if job.batch:
+                            result, error = r.result, f"batch child job {r.id} failed"
+                        else:
+                            result = serialization.dependency_failure(r.id, r.result)
+                            error = f"DependencyFailed: upstream job {r.id} failed"
                         break
-                    if r.state == schema.CANCELLED:
-                        state, finished = schema.CANCELLED, now
-                        break
+                if state == schema.READY and any(r.state == schema.CANCELLED for r in rows):
+                    state, finished = schema.CANCELLED, now
                 open_deps = sum(r.state != schema.DONE for r in rows)
                 if state == schema.READY and open_deps:
                     state = schema.WAITING
+            if job.batch and state == schema.READY:  # every child already done
+                state, finished = schema.DONE, now
             row = self._row(job, state, now, open_deps)
             row.update(result=result, error=error, finished_at=finished)
             job_id = self._insert_one(conn, row)
             if job.deps:
-                conn.execute(insert(self.tables.deps), [{"job_id": job_id, "depends_on_id": d} for d in job.deps])
+                conn.execute(
+                    insert(self.tables.deps),
+                    [
+                        {"job_id": job_id, "depends_on_id": d, "position": i if job.batch else None}
+                        for i, d in enumerate(job.deps)
+                    ],
+                )
+            if job.batch and state == schema.DONE:
+                result = self._roll_up(conn, [job_id], now)[0].result
+            runnable = state == schema.READY and (job.run_after is None or job.run_after <= now)
+            self._notify(conn, ready=runnable, finished=[job_id] if state in schema.FINAL_STATES else ())
             return Submitted(int(job_id), state, result)
 
         try:
-            return self._txn(work)
+            out = self._txn(work)
         except IntegrityError:
             if job.key is None:
                 raise
@@ -282,25 +404,33 @@ class Store:
             if found is None:
                 raise
             return found
+        self._groups_done(groups)
+        return out
 
     def insert_jobs(self, jobs: Sequence[NewJob], now: float) -> list[Submitted]:
         """Insert many rows without dependencies or keys in one transaction; ids in input order."""
-        if any(job.deps or job.key is not None for job in jobs):
+        if any(job.deps or job.key is not None or job.batch for job in jobs):
             raise ValueError("insert_jobs takes jobs without dependencies or keys; use insert_job")
         if not jobs:
             return []
         j = self.tables.jobs
         rows = [self._row(job, schema.READY, now) for job in jobs]
+        groups: dict[str, int | None] = {}
 
         def work(conn: Connection) -> list[Submitted]:
+            nonlocal groups
+            groups = self._ensure_groups(conn, jobs)
             if getattr(self.engine.dialect, "insert_executemany_returning_sort_by_parameter_order", False):
                 stmt = insert(j).returning(j.c.id, sort_by_parameter_order=True)
                 ids = [int(i) for i in conn.execute(stmt, rows).scalars()]
             else:  # no RETURNING with executemany (MySQL): one statement per row, still one commit
                 ids = [self._insert_one(conn, row) for row in rows]
+            self._notify(conn, ready=any(job.run_after is None or job.run_after <= now for job in jobs))
             return [Submitted(i, schema.READY) for i in ids]
 
-        return self._txn(work)
+        out = self._txn(work)
+        self._groups_done(groups)
+        return out
 
     def _insert_one(self, conn: Connection, row: dict[str, Any]) -> int:
         key = conn.execute(insert(self.tables.jobs), row).inserted_primary_key
@@ -314,7 +444,7 @@ class Store:
             "payload": job.payload,
             "job_key": job.key,
             "group_key": job.group,
-            "weight": job.weight,
+            "batch": int(job.batch),
             "priority": job.priority,
             "timeout": job.timeout,
             "retries": job.retries,
@@ -337,8 +467,12 @@ class Store:
     # -- claim and leases -----------------------------------------------------
 
     def claim(self, owner: str, limit: int, ttl: float, now: float) -> list[Claimed]:
-        """Lease up to ``limit`` ready jobs in one transaction (highest priority, then oldest)."""
-        if limit <= 0:
+        """Lease up to ``limit`` ready jobs in one transaction: fair share over groups, then priority, then age.
+
+        Looks first, without a write lock, whether anything is runnable: an idle
+        poll is one indexed read, also on SQLite.
+        """
+        if limit <= 0 or not self.runnable_groups(now):
             return []
         return self._txn(lambda conn: self._claim(conn, owner, limit, ttl, now))
 
@@ -349,28 +483,141 @@ class Store:
 
         def work(conn: Connection) -> tuple[Finished, list[Claimed]]:
             done = self._finish(conn, reports, now)
-            return done, (self._claim(conn, owner, limit, ttl, now) if limit > 0 else [])
+            claimed = self._claim(conn, owner, limit, ttl, now) if limit > 0 else []
+            self._notify(conn, ready=bool(done.released or done.retried), finished=[f.job_id for f in done.finals])
+            return done, claimed
 
         return self._txn(work)
 
-    def _claim_select(self, limit: int, now: float) -> Select[Any]:
+    def _runnable(self, now: float) -> Any:
+        j = self.tables.jobs
+        return and_(self._ready, or_(j.c.run_after.is_(None), j.c.run_after <= now))
+
+    def _groups_select(self, now: float) -> Select[Any]:
+        """The groups that have runnable work: one probe of the ready index per group."""
+        g, j = self.tables.groups, self.tables.jobs
+        has_work = exists().where(j.c.group_key == g.c.name, self._runnable(now))
+        return select(g.c.name, g.c.weight, g.c.max_running, g.c.vtime).where(has_work).order_by(g.c.name)
+
+    def runnable_groups(self, now: float) -> list[str]:
+        """Names of the groups with runnable work (a read that takes no write lock)."""
+        return self._txn(lambda c: list(c.execute(self._groups_select(now)).scalars()), read_only=True)
+
+    def _claim_select(self, group: str, limit: int, now: float) -> Select[Any]:
         j = self.tables.jobs
         stmt = (
             select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout)
-            .where(self._ready, or_(j.c.run_after.is_(None), j.c.run_after <= now))
+            .where(j.c.group_key == group, self._runnable(now))
             .order_by(j.c.priority.desc(), j.c.id)
             .limit(limit)
         )
         return self.dialect.for_claim(stmt)
 
-    def explain_claim(self, limit: int = 4) -> list[str]:
-        """The database's plan for the claim query, one line per row (for tests and tuning)."""
-        stmt = self._claim_select(limit, time.time())
-        return self._txn(lambda conn: self.dialect.explain(conn, stmt), read_only=True)
+    def explain_claim(self, limit: int = 4) -> dict[str, list[str]]:
+        """The database's plans for the claim's two reads, one line per plan row (for tests and tuning).
+
+        ``groups``: which groups have runnable work; ``claim``: one group's best rows.
+        """
+        now = time.time()
+
+        def work(conn: Connection) -> dict[str, list[str]]:
+            return {
+                "groups": self.dialect.explain(conn, self._groups_select(now)),
+                "claim": self.dialect.explain(conn, self._claim_select(schema.DEFAULT_GROUP, limit, now)),
+            }
+
+        return self._txn(work, read_only=True)
 
     def _claim(self, conn: Connection, owner: str, limit: int, ttl: float, now: float) -> list[Claimed]:
+        """Weighted fair share by stride scheduling, with per-group limits, shared by every process.
+
+        The rows of the groups that have runnable work are locked (in name
+        order), so claims that could touch the same groups take turns: the
+        limits and virtual times they read stay true until they commit. Each
+        group's virtual time is the number of jobs it has started divided by
+        its weight; slots go, one at a time, to the group furthest behind. A
+        group that comes back after idling starts at the global virtual time
+        (the lowest among the groups still busy), so it cannot claim a backlog
+        of turns. With a single runnable group the order is just priority,
+        then age, and no virtual time moves.
+        """
+        g, j = self.tables.groups, self.tables.jobs
+        rows = conn.execute(self.dialect.for_update(self._groups_select(now))).all()
+        if not rows:
+            return []
+        # Taken after the locks and the running counts below: a job claimed here
+        # starts after every job whose end these counts saw (the rows prove limits).
+        limited = [r.name for r in rows if r.max_running is not None]
+        running: dict[str, int] = {}
+        if limited:
+            count = select(j.c.group_key, func.count()).where(self._active, j.c.group_key.in_(limited))
+            running = {name: int(n) for name, n in conn.execute(count.group_by(j.c.group_key)).all()}
+        now = max(now, time.time())
+        caps = {
+            r.name: limit if r.max_running is None else min(limit, max(0, r.max_running - running.get(r.name, 0)))
+            for r in rows
+        }
+        groups = [r for r in rows if caps[r.name] > 0]
+        if not groups:
+            return []
+        if len(rows) == 1:
+            return self._claim_rows(conn, groups[0].name, caps[groups[0].name], owner, ttl, now)
+
+        meta = self.tables.meta
+        vtime_stmt = select(meta.c.value).where(meta.c.name == "vtime")
+        vtime = float(conn.execute(self.dialect.for_update(vtime_stmt)).scalar() or 0.0)
+        vt = {r.name: max(float(r.vtime), vtime) for r in groups}
+        weight = {r.name: max(1, r.weight) for r in groups}
+        got = {r.name: 0 for r in groups}
+        exhausted: set[str] = set()
+        picked: dict[str, list[Claimed]] = {}
+        order: list[str] = []
+        free = limit
+        while free > 0:
+            # Hand out the free slots one by one to the group furthest behind.
+            heap = [(vt[n], n) for n in got if n not in exhausted and got[n] < caps[n]]
+            if not heap:
+                break
+            heapq.heapify(heap)
+            want: dict[str, int] = {}
+            sim = dict(vt)
+            for _ in range(free):
+                if not heap:
+                    break
+                _, n = heapq.heappop(heap)
+                want[n] = want.get(n, 0) + 1
+                sim[n] += 1.0 / weight[n]
+                if got[n] + want[n] < caps[n]:
+                    heapq.heappush(heap, (sim[n], n))
+            for n, k in want.items():
+                claimed = self._claim_rows(conn, n, k, owner, ttl, now)
+                picked.setdefault(n, []).extend(claimed)
+                order += [n] * len(claimed)
+                got[n] += len(claimed)
+                vt[n] += len(claimed) / weight[n]
+                free -= len(claimed)
+                if len(claimed) < k:
+                    exhausted.add(n)  # nothing more runnable there (or locked by another claim)
+        stored = {r.name: float(r.vtime) for r in rows}
+        served = [{"b_name": n, "b_vtime": vt[n]} for n in got if vt[n] != stored[n]]
+        if served:
+            conn.execute(update(g).where(g.c.name == bindparam("b_name")).values(vtime=bindparam("b_vtime")), served)
+        busy = [vt[n] for n in got if n not in exhausted]
+        new_vtime = max(vtime, min(busy)) if busy else vtime
+        if new_vtime != vtime:
+            conn.execute(update(meta).where(meta.c.name == "vtime").values(value=repr(new_vtime)))
+        # Dispatch in the order the slots were handed out, so queued jobs start fairly too.
+        out: list[Claimed] = []
+        cursor = {n: 0 for n in picked}
+        for n in order:
+            out.append(picked[n][cursor[n]])
+            cursor[n] += 1
+        return out
+
+    def _claim_rows(self, conn: Connection, group: str, limit: int, owner: str, ttl: float, now: float) -> list[Claimed]:
+        """Lease the ``limit`` best runnable rows of one group (skipping rows another claim holds)."""
         j = self.tables.jobs
-        rows = conn.execute(self._claim_select(limit, now)).all()
+        rows = conn.execute(self._claim_select(group, limit, now)).all()
         if not rows:
             return []
         conn.execute(
@@ -420,6 +667,7 @@ class Store:
                 .where(j.c.id == job_id, j.c.attempt == attempt, self._active)
                 .values(state=schema.READY, lease_owner=None, lease_expires=None)
             )
+            self._notify(conn, ready=res.rowcount == 1)
             return res.rowcount == 1
 
         return self._txn(work)
@@ -456,6 +704,7 @@ class Store:
                     for r in rows
                 ],
             )
+            self._notify(conn, ready=True)
             return [int(i) for i in ids]
 
         return self._txn(work)
@@ -478,7 +727,8 @@ class Store:
         for rep in ok:
             if rep.job_id in won:
                 out.finals.append(Final(rep.job_id, schema.DONE, rep.blob))
-        self._release_dependents(conn, sorted(won))
+        out.released, rolled = self._release_dependents(conn, sorted(won), now)
+        out.finals += rolled
         lost = {r.job_id for r in ok} - won
         for rep in reports:
             if rep.ok:
@@ -551,49 +801,90 @@ class Store:
         ).all()
         return {int(r.id) for r in rows if (int(r.id), r.attempt) in mine}
 
-    def _dependents(self, conn: Connection, upstream: Sequence[int]) -> list[tuple[int, int]]:
-        d = self.tables.deps
-        pairs: list[tuple[int, int]] = []
+    def _dependents(self, conn: Connection, upstream: Sequence[int]) -> list[tuple[int, int, bool]]:
+        """``(dependent, upstream, dependent is a batch)`` for every edge out of ``upstream``."""
+        d, j = self.tables.deps, self.tables.jobs
+        pairs: list[Any] = []
         for chunk in _chunks(list(upstream)):
-            pairs += conn.execute(select(d.c.job_id, d.c.depends_on_id).where(d.c.depends_on_id.in_(chunk))).all()
-        return [(int(a), int(b)) for a, b in pairs]
+            stmt = select(d.c.job_id, d.c.depends_on_id, j.c.batch).join(j, j.c.id == d.c.job_id)
+            pairs += conn.execute(stmt.where(d.c.depends_on_id.in_(chunk))).all()
+        return [(int(a), int(b), bool(c)) for a, b, c in pairs]
 
-    def _release_dependents(self, conn: Connection, done_ids: Sequence[int]) -> None:
-        """Count down the open dependencies of the jobs waiting on ``done_ids``; ready at zero."""
-        if not done_ids:
-            return
+    def _release_dependents(self, conn: Connection, done_ids: Sequence[int], now: float) -> tuple[int, list[Final]]:
+        """Count down the open dependencies of the jobs waiting on ``done_ids``.
+
+        A job reaching zero becomes ready; a batch reaching zero is rolled up
+        to done at once, and its own dependents are counted down in turn.
+        Returns how many jobs became ready and the batches that finished.
+        """
         j = self.tables.jobs
-        finished_upstreams: dict[int, int] = {}
-        for dep, _ in self._dependents(conn, done_ids):
-            finished_upstreams[dep] = finished_upstreams.get(dep, 0) + 1
-        by_count: dict[int, list[int]] = {}
-        for dep, k in finished_upstreams.items():
-            by_count.setdefault(k, []).append(dep)
-        for k, ids in sorted(by_count.items()):
-            for chunk in _chunks(sorted(ids)):
-                # state is assigned before open_deps: MySQL evaluates SET items left
-                # to right with the new values, PostgreSQL and SQLite with the old.
-                conn.execute(
-                    update(j)
-                    .where(j.c.id.in_(chunk), j.c.state == schema.WAITING)
-                    .values(
-                        state=case((j.c.open_deps <= k, schema.READY), else_=j.c.state),
-                        open_deps=j.c.open_deps - k,
-                    )
-                )
+        released = 0
+        finals: list[Final] = []
+        while done_ids:
+            finished_upstreams: dict[int, int] = {}
+            batches: set[int] = set()
+            for dep, _, is_batch in self._dependents(conn, done_ids):
+                finished_upstreams[dep] = finished_upstreams.get(dep, 0) + 1
+                if is_batch:
+                    batches.add(dep)
+            by_count: dict[tuple[int, bool], list[int]] = {}
+            for dep, k in finished_upstreams.items():
+                by_count.setdefault((k, dep in batches), []).append(dep)
+            for (k, is_batch), ids in sorted(by_count.items()):
+                for chunk in _chunks(sorted(ids)):
+                    # state is assigned before open_deps: MySQL evaluates SET items left
+                    # to right with the new values, PostgreSQL and SQLite with the old.
+                    values: dict[str, Any] = {"open_deps": j.c.open_deps - k}
+                    if not is_batch:  # a batch stays waiting; it is rolled up below
+                        values = {"state": case((j.c.open_deps <= k, schema.READY), else_=j.c.state), **values}
+                    res = conn.execute(update(j).where(j.c.id.in_(chunk), j.c.state == schema.WAITING).values(**values))
+                    if not is_batch:
+                        released += max(res.rowcount, 0)
+            done_ids = []
+            if batches:
+                full = select(j.c.id).where(j.c.id.in_(sorted(batches)), j.c.state == schema.WAITING, j.c.open_deps <= 0)
+                rolled = self._roll_up(conn, [int(i) for i in conn.execute(full).scalars()], now)
+                finals += rolled
+                done_ids = [f.job_id for f in rolled]
+        return released, finals
+
+    def _roll_up(self, conn: Connection, batch_ids: Sequence[int], now: float) -> list[Final]:
+        """Mark finished batches done, with their children's results in order (a list)."""
+        j, d = self.tables.jobs, self.tables.deps
+        finals: list[Final] = []
+        for batch_id in batch_ids:
+            stmt = (
+                select(j.c.result)
+                .select_from(d.join(j, j.c.id == d.c.depends_on_id))
+                .where(d.c.job_id == batch_id)
+                .order_by(d.c.position)
+            )
+            blob = serialization.batch_result(list(conn.execute(stmt).scalars()))
+            res = conn.execute(
+                update(j)
+                .where(j.c.id == batch_id, j.c.state.in_(schema.PENDING_STATES + (schema.DONE,)), j.c.result.is_(None))
+                .values(state=schema.DONE, result=blob, finished_at=now, open_deps=0)
+            )
+            if res.rowcount == 1:
+                finals.append(Final(batch_id, schema.DONE, blob))
+        return finals
 
     def _fail_dependents(self, conn: Connection, job_id: int, blob: bytes, now: float) -> list[Final]:
-        """Fail every job downstream of ``job_id`` with ``DependencyFailed``."""
+        """Fail every job downstream of ``job_id``: ``DependencyFailed``, or for a batch its child's own error."""
         j = self.tables.jobs
         finals: list[Final] = []
         frontier: dict[int, bytes] = {job_id: blob}
         while frontier:
-            by_upstream: dict[int, list[int]] = {}
-            for dep, up in self._dependents(conn, list(frontier)):
-                by_upstream.setdefault(up, []).append(dep)
+            by_upstream: dict[tuple[int, bool], list[int]] = {}
+            for dep, up, is_batch in self._dependents(conn, list(frontier)):
+                by_upstream.setdefault((up, is_batch), []).append(dep)
             nxt: dict[int, bytes] = {}
-            for up, deps in sorted(by_upstream.items()):
-                error_blob = serialization.dependency_failure(up, frontier[up])
+            for (up, is_batch), deps in sorted(by_upstream.items()):
+                if is_batch:
+                    error_blob, error = frontier[up], f"batch child job {up} failed"
+                else:
+                    error_blob = serialization.dependency_failure(up, frontier[up])
+                    error = f"DependencyFailed: upstream job {up} failed"
                 for chunk in _chunks(sorted(deps)):
                     pending = select(j.c.id).where(j.c.id.in_(chunk), j.c.state.in_(schema.PENDING_STATES))
                     hit = [int(i) for i in conn.execute(self.dialect.for_update(pending)).scalars()]
@@ -602,12 +893,7 @@ class Store:
                     conn.execute(
                         update(j)
                         .where(j.c.id.in_(hit), j.c.state.in_(schema.PENDING_STATES))
-                        .values(
-                            state=schema.FAILED,
-                            result=error_blob,
-                            error=f"DependencyFailed: upstream job {up} failed",
-                            finished_at=now,
-                        )
+                        .values(state=schema.FAILED, result=error_blob, error=error, finished_at=now)
                     )
                     for i in hit:
                         finals.append(Final(i, schema.FAILED, error_blob))
@@ -618,12 +904,25 @@ class Store:
     # -- cancel ---------------------------------------------------------------
 
     def cancel(self, job_ids: Sequence[int], now: float) -> list[Final]:
-        """Cancel the given jobs that have not started, and everything downstream of them."""
-        j = self.tables.jobs
+        """Cancel the given jobs that have not started, and everything downstream of them.
+
+        Cancelling a batch also cancels its children that have not started.
+        """
+        j, d = self.tables.jobs, self.tables.deps
 
         def work(conn: Connection) -> list[Final]:
             finals: list[Final] = []
             frontier = sorted(set(job_ids))
+            batch_children = [
+                int(i)
+                for chunk in _chunks(frontier)
+                for i in conn.execute(
+                    select(d.c.depends_on_id)
+                    .join(j, j.c.id == d.c.job_id)
+                    .where(d.c.job_id.in_(chunk), j.c.batch == 1, j.c.state.in_(schema.PENDING_STATES))
+                ).scalars()
+            ]
+            frontier = sorted(set(frontier) | set(batch_children))
             while frontier:
                 hit: list[int] = []
                 for chunk in _chunks(frontier):
@@ -636,7 +935,8 @@ class Store:
                         .values(state=schema.CANCELLED, finished_at=now)
                     )
                 finals += [Final(i, schema.CANCELLED, None) for i in hit]
-                frontier = sorted({dep for dep, _ in self._dependents(conn, hit)})
+                frontier = sorted({dep for dep, _, _ in self._dependents(conn, hit)})
+            self._notify(conn, finished=[f.job_id for f in finals])
             return finals
 
         return self._txn(work)
