@@ -11,12 +11,15 @@
         print(c.result())
 """
 
+import logging
+
 from .errors import (
     ConfigurationError,
     DatabaseUnavailable,
     DBExecutorError,
     DependencyFailed,
     JobTimeoutError,
+    PayloadRejected,
     SchemaVersionError,
     WorkerDied,
 )
@@ -24,6 +27,9 @@ from .executor import DBExecutor, JobOptions, Submitter
 from .future import JobFuture
 
 __version__ = "0.1.0"
+
+# A library prints nothing unless the application configures logging.
+logging.getLogger("dbexecutor").addHandler(logging.NullHandler())
 
 __all__ = [
     "DBExecutor",
@@ -37,4 +43,5 @@ __all__ = [
     "DependencyFailed",
     "JobTimeoutError",
     "WorkerDied",
+    "PayloadRejected",
 ]

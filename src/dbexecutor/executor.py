@@ -125,7 +125,10 @@ class DBExecutor(Executor):
       ones are deleted in small batches by this executor's scheduler, never one
       that an unfinished job still depends on (``None``: keep everything);
     - ``secret``: sign payloads and results with HMAC-SHA256 and refuse to
-      unpickle anything unsigned or altered (default ``$DBEXECUTOR_SECRET``).
+      unpickle anything unsigned or altered (default ``$DBEXECUTOR_SECRET``);
+    - ``run_jobs``: ``False`` makes a submit-only executor that never claims a
+      job: standalone workers (``dbexecutor worker``) run them, and the futures
+      resolve when the rows say the jobs finished.
 
     Jobs run at least once: a job whose executor or child died mid-run runs
     again, but its row is finalized exactly once.
@@ -149,6 +152,7 @@ class DBExecutor(Executor):
         poll_interval: float = 0.2,
         retention: float | timedelta | None = None,
         secret: str | bytes | None = None,
+        run_jobs: bool = True,
     ) -> None:
         if max_workers is None:
             max_workers = _default_workers()
@@ -187,6 +191,7 @@ class DBExecutor(Executor):
             retry_delay=retry_delay,
             poll_interval=poll_interval,
             retention=retention,
+            run_jobs=run_jobs,
         )
         self._scheduler = Scheduler(self._store, self._store.url.render_as_string(hide_password=False), settings)
         self._max_workers = max_workers

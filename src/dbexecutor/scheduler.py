@@ -58,6 +58,7 @@ class Settings:
     poll_interval: float
     kill_grace: float = 1.0
     retention: float | None = None  # seconds finished jobs are kept (None: forever)
+    run_jobs: bool = True  # False: submit only, never claim (workers elsewhere run the jobs)
 
 
 # Interpreter shutdown, as in concurrent.futures.process: stop taking work and
@@ -434,6 +435,8 @@ class Scheduler:
         return depth
 
     def _free_slots(self) -> int:
+        if not self.s.run_jobs:
+            return 0
         with self.lock:
             if self.broken is not None or (self._shutdown and not self._outstanding):
                 return 0
