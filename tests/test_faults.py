@@ -32,6 +32,7 @@ from sqlalchemy import func, select
 
 import fault_driver
 import jobs
+from clitools import cli_env
 from dbexecutor import DBExecutor, JobTimeoutError, WorkerDied
 from dbexecutor import serialization
 
@@ -66,7 +67,8 @@ def _start_driver(tmp_path, name: str, *args: Any) -> tuple[subprocess.Popen, st
     log = str(tmp_path / f"{name}.log")
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, DRIVER, *[str(a) for a in args]], stdout=out, stderr=subprocess.STDOUT, cwd=str(tmp_path)
+            [sys.executable, DRIVER, *[str(a) for a in args]], stdout=out, stderr=subprocess.STDOUT, cwd=str(tmp_path),
+            env=cli_env(),  # the worktree's src importable from another working directory
         )
     return proc, log
 

@@ -11,12 +11,15 @@
         print(c.result())
 """
 
+import logging
+
 from .errors import (
     ConfigurationError,
     DatabaseUnavailable,
     DBExecutorError,
     DependencyFailed,
     JobTimeoutError,
+    PayloadRejected,
     SchemaVersionError,
     WorkerDied,
 )
@@ -25,6 +28,9 @@ from .future import JobFuture
 from .store import GroupInfo
 
 __version__ = "0.1.0"
+
+# A library prints nothing unless the application configures logging.
+logging.getLogger("dbexecutor").addHandler(logging.NullHandler())
 
 __all__ = [
     "DBExecutor",
@@ -40,4 +46,5 @@ __all__ = [
     "DependencyFailed",
     "JobTimeoutError",
     "WorkerDied",
+    "PayloadRejected",
 ]

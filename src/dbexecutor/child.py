@@ -88,10 +88,12 @@ def _die_with_parent() -> None:
     os._exit(70)
 
 
-def _run_one(store: Store, payload: bytes) -> tuple[bool, bytes, str | None]:
+def _run_one(store: Store, payload: bytes, job_id: int = 0) -> tuple[bool, bytes, str | None]:
     """Run one job; return (ok, pickled result or exception, "Type: message" on failure)."""
+    signer = store.signer
     try:
-        fn, args, kwargs = serialization.load_payload(payload)
+        # With a secret, a payload that fails its signature raises here, before anything is unpickled.
+        fn, args, kwargs = serialization.load_payload(payload, signer, job_id)
         refs = serialization.collect_refs(args, kwargs)
         if refs:
             blobs = store.results(refs)
@@ -99,13 +101,13 @@ def _run_one(store: Store, payload: bytes) -> tuple[bool, bytes, str | None]:
             if missing:
                 raise RuntimeError(f"upstream job(s) {missing} have no stored result")
             args, kwargs = serialization.resolve_refs(
-                args, kwargs, {i: serialization.loads(b) for i, b in blobs.items()}
+                args, kwargs, {i: serialization.load_result(b, i, signer) for i, b in blobs.items()}
             )
         value = fn(*args, **kwargs)
-        return True, serialization.dumps(value), None
+        return True, serialization.dump_result(value, job_id, signer), None
     except BaseException as error:  # noqa: BLE001 - SystemExit in a job is the job's failure, as in ProcessPoolExecutor
         tb = serialization.format_remote_traceback(error)
-        return False, serialization.dump_exception(error, remote_tb=tb), f"{type(error).__name__}: {error}"
+        return False, serialization.dump_exception(error, remote_tb=tb, signer=signer), f"{type(error).__name__}: {error}"
 
 
 def child_main(
@@ -117,10 +119,11 @@ def child_main(
     lease_ttl: float,
     initializer: Callable[..., Any] | None,
     initargs: tuple[Any, ...],
+    signer: serialization.Signer | None = None,
 ) -> None:
     """Entry point of a child process (started by the parent's pool)."""
     try:
-        store = Store(url, prefix, create=False, pool_size=1)
+        store = Store(url, prefix, create=False, pool_size=1, signer=signer)
         if initializer is not None:
             initializer(*initargs)
     except BaseException as error:  # noqa: BLE001
@@ -141,6 +144,6 @@ def child_main(
         job_id, attempt, payload = msg
         beat.start_job(job_id, attempt)
         started = time.time()
-        ok, blob, summary = _run_one(store, payload)
+        ok, blob, summary = _run_one(store, payload, job_id)
         beat.end_job()
         conn.send(("result", job_id, attempt, ok, blob, summary, started, time.time()))

@@ -20,6 +20,7 @@ __all__ = [
     "DependencyFailed",
     "JobTimeoutError",
     "WorkerDied",
+    "PayloadRejected",
 ]
 
 
@@ -74,4 +75,14 @@ class WorkerDied(DBExecutorError, BrokenProcessPool):
     It subclasses ``BrokenProcessPool`` so existing handlers keep working, but
     unlike ``ProcessPoolExecutor`` only this job is affected: the executor
     replaces the child and carries on.
+    """
+
+
+class PayloadRejected(DBExecutorError):
+    """A stored pickle was not signed with this executor's secret, or was altered.
+
+    With a secret configured (``DBExecutor(secret=...)`` or ``DBEXECUTOR_SECRET``)
+    nothing is unpickled unless its HMAC checks out: a payload that fails the
+    check fails its job with this error before any of it runs, and a result
+    that fails it is never handed to a future or to a dependent job.
     """

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, replace
+from datetime import timedelta
 from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
@@ -228,7 +229,15 @@ class DBExecutor(Executor):
       killed (``None``: no limit); ``retries`` and ``retry_delay``: further
       attempts after a failure, with exponential backoff and jitter;
     - ``poll_interval``: how often the database is asked for work that other
-      processes made ready and for jobs they finished.
+      processes made ready and for jobs they finished;
+    - ``retention``: seconds (or a ``timedelta``) finished jobs are kept; older
+      ones are deleted in small batches by this executor's scheduler, never one
+      that an unfinished job still depends on (``None``: keep everything);
+    - ``secret``: sign payloads and results with HMAC-SHA256 and refuse to
+      unpickle anything unsigned or altered (default ``$DBEXECUTOR_SECRET``);
+    - ``run_jobs``: ``False`` makes a submit-only executor that never claims a
+      job: standalone workers (``dbexecutor worker``) run them, and the futures
+      resolve when the rows say the jobs finished.
 
     Jobs run at least once: a job whose executor or child died mid-run runs
     again, but its row is finalized exactly once.
@@ -250,6 +259,9 @@ class DBExecutor(Executor):
         retries: int = 0,
         retry_delay: float = 1.0,
         poll_interval: float = 0.2,
+        retention: float | timedelta | None = None,
+        secret: str | bytes | None = None,
+        run_jobs: bool = True,
     ) -> None:
         if max_workers is None:
             max_workers = _default_workers()
@@ -269,8 +281,12 @@ class DBExecutor(Executor):
             raise ValueError("heartbeat_interval must be > 0 and shorter than lease_ttl")
         if poll_interval <= 0:
             raise ValueError("poll_interval must be > 0")
+        if isinstance(retention, timedelta):
+            retention = retention.total_seconds()
+        if retention is not None and not (retention > 0 and math.isfinite(retention)):
+            raise ValueError("retention must be a positive number of seconds or a timedelta (or None to keep jobs)")
         self._defaults = JobOptions(timeout=timeout, retries=retries)
-        self._store = Store(url, prefix)
+        self._store = Store(url, prefix, signer=serialization.Signer.from_env(secret))
         self._submitter_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         settings = Settings(
             max_workers=max_workers,
@@ -283,6 +299,8 @@ class DBExecutor(Executor):
             timeout=timeout,
             retry_delay=retry_delay,
             poll_interval=poll_interval,
+            retention=retention,
+            run_jobs=run_jobs,
         )
         self._scheduler = Scheduler(self._store, self._store.url.render_as_string(hide_password=False), settings)
         self._max_workers = max_workers
@@ -444,7 +462,7 @@ class DBExecutor(Executor):
         args, kwargs = serialization.map_arguments(args, kwargs, to_ref)
         deps += [self._dependency(f) for f in after]
         try:
-            payload = serialization.dump_payload(fn, args, kwargs)
+            payload = serialization.dump_payload(fn, args, kwargs, self._store.signer)
         except Exception as error:
             # As ProcessPoolExecutor: the future fails with the pickling error; nothing is stored.
             failed: JobFuture[Any] = JobFuture(None)  # type: ignore[arg-type]

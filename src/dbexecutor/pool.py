@@ -87,13 +87,14 @@ def start_child(
     lease_ttl: float,
     initializer: Callable[..., Any] | None,
     initargs: tuple[Any, ...],
+    signer: Any = None,
 ) -> Child:
-    """Start a child process that waits for jobs on its pipe."""
+    """Start a child process that waits for jobs on its pipe (``signer``: the executor's ``Signer``)."""
     parent_conn, child_conn = ctx.Pipe(duplex=True)
     life_r, life_w = ctx.Pipe(duplex=False)
     process = ctx.Process(  # type: ignore[attr-defined]
         target=child_main,
-        args=(child_conn, life_r, url, prefix, heartbeat_interval, lease_ttl, initializer, initargs),
+        args=(child_conn, life_r, url, prefix, heartbeat_interval, lease_ttl, initializer, initargs, signer),
         name="dbexecutor-child",
         daemon=True,
     )

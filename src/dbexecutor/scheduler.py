@@ -30,8 +30,8 @@ from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from . import serialization
-from .errors import JobTimeoutError, WorkerDied
+from . import schema, serialization
+from .errors import JobTimeoutError, PayloadRejected, WorkerDied
 from .future import JobFuture
 from .pool import Assignment, Child, describe_exit, kill_tree, start_child
 from .store import Claimed, Final, Report, Store, worker_name
@@ -40,6 +40,7 @@ log = logging.getLogger("dbexecutor")
 
 _IN_POLL = 500  # ids checked per remote poll
 _PREFETCH_BELOW = 0.05  # seconds: average run time under which a child gets a second job queued
+_RETENTION_BATCH = 500  # jobs deleted per retention transaction
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,8 @@ class Settings:
     retry_delay: float
     poll_interval: float
     kill_grace: float = 1.0
+    retention: float | None = None  # seconds finished jobs are kept (None: forever)
+    run_jobs: bool = True  # False: submit only, never claim (workers elsewhere run the jobs)
 
 
 # Interpreter shutdown, as in concurrent.futures.process: stop taking work and
@@ -112,6 +115,8 @@ class Scheduler:
         self._poll_all = False  # a notification asked for a full poll of our futures
         self._poll_ids: set[int] = set()  # ... or for these jobs, which finished elsewhere
         self._stop_listening = threading.Event()
+        self._next_retention = 0.0
+        self._abandon = False  # stop_now(): kill the children and give their jobs back
         self._thread = threading.Thread(target=self._run, name="dbexecutor-scheduler", daemon=True)
         _live.add(self)
         self._thread.start()
@@ -181,7 +186,16 @@ class Scheduler:
             self._outstanding.discard(final.job_id)
         if fut is not None:
             try:
-                fut._apply(final.state, final.result)
+                blob = final.result
+                if blob is not None and final.state in (schema.DONE, schema.FAILED):
+                    # Checked before the future unpickles it: a tampered result never loads.
+                    blob = self.store.signer.open(
+                        blob, serialization.blob_context(final.job_id, final.state), f"the result of job {final.job_id}"
+                    )
+                fut._apply(final.state, blob)
+            except PayloadRejected as rejected:
+                log.error("job %d: %s", final.job_id, rejected)
+                fut._set_exception_quietly(rejected)
             except Exception:  # never let one future take the loop down
                 log.exception("could not resolve the future of job %d", final.job_id)
 
@@ -205,6 +219,17 @@ class Scheduler:
             pending = sorted(self._outstanding) if cancel_futures else []
         if pending:
             self.cancel_jobs(pending)
+        self.wake()
+
+    def stop_now(self) -> None:
+        """End the loop at its next tick: kill the children and put the jobs they hold back to ready.
+
+        For a standalone worker whose shutdown grace ran out. Reports already
+        received are still written; every release is guarded by the attempt token.
+        """
+        with self.lock:
+            self._shutdown = True
+            self._abandon = True
         self.wake()
 
     def join(self, timeout: float | None = None) -> None:
@@ -249,6 +274,8 @@ class Scheduler:
 
     def _tick(self, backoff: float) -> None:
         self._wait(backoff)
+        if self._abandon and self._children:
+            self._abandon_children()
         if self._retired:  # reap children that exited after max_tasks_per_child
             for c in [c for c in self._retired if not c.process.is_alive()]:
                 self._retired.remove(c)
@@ -273,6 +300,42 @@ class Scheduler:
                 ids, self._poll_ids = sorted(self._poll_ids), set()
             for final in self.store.finals(ids):
                 self.resolve(final)
+        if self.s.retention is not None and now >= self._next_retention:
+            self._apply_retention(now)
+
+    def _apply_retention(self, now: float) -> None:
+        """Delete one bounded batch of jobs finished longer than ``retention`` ago.
+
+        One batch per interval keeps each transaction small and the cost per
+        tick flat; a full batch means more are due, so the next comes soon.
+        """
+        assert self.s.retention is not None
+        deleted = self.store.purge_batch(time.time() - self.s.retention, _RETENTION_BATCH)
+        if deleted:
+            log.debug("retention: deleted %d finished job(s) older than %g s", deleted, self.s.retention)
+        pause = 0.0 if deleted >= _RETENTION_BATCH else min(60.0, max(1.0, self.s.retention / 10))
+        self._next_retention = now + pause
+
+    def _abandon_children(self) -> None:
+        """Kill every child's process tree and release the jobs they held (stop_now)."""
+        for c in list(self._children):
+            if c.conn in mp_wait([c.conn], 0):
+                self._receive(c)  # results that already arrived are written, not re-run
+        held: list[tuple[int, int, float | None]] = []
+        for c in list(self._children):
+            for i, a in enumerate(c.queue):
+                held.append((a.job_id, a.attempt, c.started_at if i == 0 and c.ready else None))
+            if c.queue:
+                log.warning("killing child %d, which still runs job %d attempt %d", c.pid, c.queue[0].job_id, c.queue[0].attempt)
+            kill_tree(c.pid, self.s.kill_grace)
+            c.queue.clear()
+            self._remove(c)
+            _close(c)
+        if held:
+            released = self.store.release_running(
+                held, self.owner, time.time(), "the worker stopped before the job ended; the job was put back to ready"
+            )
+            log.warning("released %d job(s) for other workers: %s", len(released), released[:20])
 
     def _wait(self, backoff: float) -> None:
         now = time.monotonic()
@@ -404,7 +467,7 @@ class Scheduler:
             head.job_id,
             head.attempt,
             False,
-            serialization.dump_exception(error),
+            serialization.dump_exception(error, signer=self.store.signer),
             outcome,
             f"{type(error).__name__}: {error}",
             worker_name(c.pid),
@@ -422,6 +485,8 @@ class Scheduler:
         return depth
 
     def _free_slots(self) -> int:
+        if not self.s.run_jobs:
+            return 0
         with self.lock:
             if self.broken is not None or (self._shutdown and not self._outstanding):
                 return 0
@@ -480,6 +545,7 @@ class Scheduler:
             self.s.lease_ttl,
             self.s.initializer,
             self.s.initargs,
+            self.store.signer,
         )
         self._children.append(c)
         log.debug("started child %d", c.pid)

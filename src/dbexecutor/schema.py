@@ -143,6 +143,8 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
     # possible, so that no planner prefers it over the ready index for a claim.
     active = text("state IN ('leased', 'running')")
     Index(f"{prefix}ix_jobs_lease", jobs.c.state, jobs.c.lease_expires, postgresql_where=active, sqlite_where=active)
+    # Retention and purge look for jobs finished before a bound.
+    Index(f"{prefix}ix_jobs_finished", jobs.c.finished_at)
     deps = Table(
         f"{prefix}job_deps",
         md,

@@ -11,18 +11,131 @@ Data flow of one job::
 An exception keeps its ``__cause__`` chain across the pickle (plain pickling
 drops it), and the child's formatted traceback becomes a
 :class:`RemoteTraceback` cause, as ``ProcessPoolExecutor`` does.
+
+With a secret, every stored pickle is signed (:class:`Signer`) and verified
+before it is unpickled: a pickle is code, and the database is shared.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 import pickle
 import traceback
 from typing import Any, Callable
 
-from .errors import DependencyFailed
+from .errors import DependencyFailed, PayloadRejected
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 _MAX_CAUSE_DEPTH = 8
+
+# -- signing --------------------------------------------------------------------
+
+#: Environment variable read when no secret is passed explicitly.
+SECRET_ENV = "DBEXECUTOR_SECRET"
+# A signed blob is MAGIC + HMAC-SHA256(context NUL data) + data. Our pickles
+# start with the PROTO opcode (0x80), so the two can never be confused.
+MAGIC = b"DBXS1\x00"
+_MAC_LEN = hashlib.sha256().digest_size
+
+#: What a blob is, folded into its MAC so one kind cannot stand in for another.
+PAYLOAD_CONTEXT = b"payload"
+ERROR_CONTEXT = b"error"
+
+
+def result_context(job_id: int) -> bytes:
+    """The signing context of job ``job_id``'s result: a result is bound to its job."""
+    return b"result:%d" % job_id
+
+
+def blob_context(job_id: int, state: str) -> bytes:
+    """The context of the ``result`` column of a final row (``done``: its result, else an exception)."""
+    return result_context(job_id) if state == "done" else ERROR_CONTEXT
+
+
+class Signer:
+    """HMAC-SHA256 signatures on stored pickles.
+
+    Without a secret this is a pass-through: blobs are stored unsigned, and a
+    signed blob is read without a check (nothing to check it with). With a
+    secret, :meth:`open` refuses (``PayloadRejected``) any blob that is
+    unsigned or whose signature does not match, before anything is unpickled.
+
+    What is signed: payloads under the context ``payload``; results under
+    ``result:<job id>`` (the child knows the id, so a result cannot be moved
+    to another job's row); exceptions under ``error``. Payloads are not bound
+    to their row: the id exists only after the insert, and a second write per
+    submit would cost every submit a round trip. A payload copied into another
+    row is still one that a holder of the secret submitted.
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, secret: str | bytes | None) -> None:
+        if isinstance(secret, str):
+            secret = secret.encode()
+        if secret is not None and not secret:
+            raise ValueError("the signing secret must not be empty")
+        self._key = secret
+
+    @classmethod
+    def from_env(cls, secret: str | bytes | None = None) -> Signer:
+        """A signer for ``secret``, or for ``$DBEXECUTOR_SECRET`` when ``secret`` is None."""
+        return cls(secret if secret is not None else (os.environ.get(SECRET_ENV) or None))
+
+    @property
+    def enabled(self) -> bool:
+        """Whether blobs are signed and checked."""
+        return self._key is not None
+
+    def __repr__(self) -> str:  # never the key itself
+        return f"Signer({'enabled' if self.enabled else 'disabled'})"
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (Signer, (self._key,))
+
+    def _mac(self, data: bytes, context: bytes) -> bytes:
+        assert self._key is not None
+        return hmac.new(self._key, context + b"\x00" + data, hashlib.sha256).digest()
+
+    def sign(self, data: bytes, context: bytes) -> bytes:
+        """``data`` with its signature in front (``data`` itself without a secret)."""
+        if self._key is None:
+            return data
+        return MAGIC + self._mac(data, context) + data
+
+    def open(self, blob: bytes, context: bytes, what: str = "blob") -> bytes:
+        """The pickle inside ``blob`` once its signature checks out; ``PayloadRejected`` if not.
+
+        ``what`` names the blob in the error ("the payload of job 7").
+        """
+        signed = blob[: len(MAGIC)] == MAGIC
+        if self._key is None:
+            return blob[len(MAGIC) + _MAC_LEN :] if signed else blob
+        if not signed:
+            raise PayloadRejected(
+                f"{what} is not signed, but a secret is configured; refusing to unpickle it "
+                "(was it submitted without the secret, or written by someone else?)"
+            )
+        mac, data = blob[len(MAGIC) : len(MAGIC) + _MAC_LEN], blob[len(MAGIC) + _MAC_LEN :]
+        if not hmac.compare_digest(mac, self._mac(data, context)):
+            raise PayloadRejected(
+                f"{what} has a signature that does not match (altered in the database, moved from "
+                "another row, or signed with another secret); refusing to unpickle it"
+            )
+        return data
+
+
+#: The pass-through signer (no secret).
+UNSIGNED = Signer(None)
+
+
+def strip_signature(blob: bytes) -> tuple[bytes, bool]:
+    """The pickle inside ``blob`` without any check, and whether it carried a signature (tools only)."""
+    if blob[: len(MAGIC)] == MAGIC:
+        return blob[len(MAGIC) + _MAC_LEN :], True
+    return blob, False
 
 
 class JobRef:
@@ -89,15 +202,29 @@ def loads(data: bytes) -> Any:
     return pickle.loads(data)
 
 
-def dump_payload(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> bytes:
-    """Pickle what a child needs to run the job (futures already replaced by ``JobRef``)."""
-    return dumps((fn, args, kwargs))
+def dump_payload(
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], signer: Signer = UNSIGNED
+) -> bytes:
+    """Pickle (and sign) what a child needs to run the job (futures already replaced by ``JobRef``)."""
+    return signer.sign(dumps((fn, args, kwargs)), PAYLOAD_CONTEXT)
 
 
-def load_payload(data: bytes) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
-    """Inverse of :func:`dump_payload`."""
-    fn, args, kwargs = loads(data)
+def load_payload(
+    data: bytes, signer: Signer = UNSIGNED, job_id: int | None = None
+) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    """Inverse of :func:`dump_payload`; ``PayloadRejected`` before unpickling if the signature fails."""
+    fn, args, kwargs = loads(signer.open(data, PAYLOAD_CONTEXT, f"the payload of job {job_id}"))
     return fn, args, kwargs
+
+
+def dump_result(value: Any, job_id: int, signer: Signer = UNSIGNED) -> bytes:
+    """Pickle (and sign, bound to ``job_id``) a job's return value."""
+    return signer.sign(dumps(value), result_context(job_id))
+
+
+def load_result(data: bytes, job_id: int, signer: Signer = UNSIGNED) -> Any:
+    """Inverse of :func:`dump_result`; ``PayloadRejected`` before unpickling if the signature fails."""
+    return loads(signer.open(data, result_context(job_id), f"the result of job {job_id}"))
 
 
 def collect_refs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
@@ -168,7 +295,7 @@ def format_remote_traceback(exc: BaseException) -> str:
     return '\n"""\n' + "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)) + '"""'
 
 
-def dump_exception(exc: BaseException, *, remote_tb: str | None = None) -> bytes:
+def dump_exception(exc: BaseException, *, remote_tb: str | None = None, signer: Signer = UNSIGNED) -> bytes:
     """Pickle an exception with its cause chain; ``remote_tb`` becomes the innermost cause.
 
     If the exception itself cannot be pickled, the pickling error is stored in
@@ -177,18 +304,22 @@ def dump_exception(exc: BaseException, *, remote_tb: str | None = None) -> bytes
     if remote_tb is not None:
         exc.__cause__ = RemoteTraceback(remote_tb)
     try:
-        return dumps(_ExceptionBox(exc))
+        return signer.sign(dumps(_ExceptionBox(exc)), ERROR_CONTEXT)
     except Exception as pickling_error:
         replacement = pickle.PicklingError(
             f"exception {type(exc).__module__}.{type(exc).__qualname__}({exc}) could not be pickled: {pickling_error}"
         )
         if remote_tb is not None:
             replacement.__cause__ = RemoteTraceback(remote_tb)
-        return dumps(_ExceptionBox(replacement))
+        return signer.sign(dumps(_ExceptionBox(replacement)), ERROR_CONTEXT)
 
 
-def load_exception(data: bytes) -> BaseException:
-    """Inverse of :func:`dump_exception`; a blob that cannot be loaded becomes an explanatory error."""
+def load_exception(data: bytes, signer: Signer = UNSIGNED) -> BaseException:
+    """Inverse of :func:`dump_exception`; a blob that cannot be loaded (or fails its signature) becomes an explanatory error."""
+    try:
+        data = signer.open(data, ERROR_CONTEXT, "a stored exception")
+    except PayloadRejected as rejected:
+        return rejected
     try:
         exc = loads(data)
     except Exception as error:  # e.g. the exception class is not importable here
@@ -198,13 +329,13 @@ def load_exception(data: bytes) -> BaseException:
     return exc
 
 
-def dependency_failure(upstream_id: int, upstream_blob: bytes | None) -> bytes:
+def dependency_failure(upstream_id: int, upstream_blob: bytes | None, signer: Signer = UNSIGNED) -> bytes:
     """The stored error of a job whose upstream ``upstream_id`` failed.
 
     The cause is the root failure's exception (not a chain of intermediate
     ``DependencyFailed``), so the blob stays small however long the chain is.
     """
-    upstream = load_exception(upstream_blob) if upstream_blob else RuntimeError(f"job {upstream_id} failed")
+    upstream = load_exception(upstream_blob, signer) if upstream_blob else RuntimeError(f"job {upstream_id} failed")
     if isinstance(upstream, DependencyFailed):
         root_id = upstream.root_job_id
         cause = upstream.__cause__
@@ -216,4 +347,4 @@ def dependency_failure(upstream_id: int, upstream_blob: bytes | None) -> bytes:
         message = f"upstream job {upstream_id} failed because job {root_id} failed: {type(cause).__name__}: {cause}"
     error = DependencyFailed(upstream_id, message, root_job_id=root_id)
     error.__cause__ = cause
-    return dumps(_ExceptionBox(error))
+    return signer.sign(dumps(_ExceptionBox(error)), ERROR_CONTEXT)

@@ -14,6 +14,7 @@ import heapq
 import itertools
 import logging
 import random
+import re
 import socket
 import threading
 import time
@@ -30,8 +31,10 @@ from sqlalchemy import (
     case,
     create_engine,
     exists,
+    delete,
     func,
     insert,
+    inspect,
     literal_column,
     or_,
     select,
@@ -42,7 +45,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchModuleError, Operat
 
 from . import schema, serialization
 from .dialects import Dialect, resolve
-from .errors import ConfigurationError, DatabaseUnavailable, SchemaVersionError
+from .errors import ConfigurationError, DatabaseUnavailable, PayloadRejected, SchemaVersionError
 
 __all__ = ["Store", "NewJob", "Submitted", "Claimed", "Report", "Final", "GroupInfo", "masked_url"]
 
@@ -52,6 +55,8 @@ T = TypeVar("T")
 _MAX_TXN_TRIES = 8
 _IN_CHUNK = 500  # ids per IN (...) list, well under every driver's parameter limit
 _NOTIFY_IDS = 600  # finished ids listed in one notification (PostgreSQL caps a payload at 8000 bytes)
+# The error a dependent gets when its upstream fails (see _fail_dependents / insert_job).
+_DEPENDENCY_ERROR = re.compile(r"^(?:DependencyFailed: upstream|batch child) job (\d+) failed")
 
 
 def masked_url(url: Any) -> str:
@@ -151,7 +156,17 @@ def _chunks(ids: Sequence[int]) -> Iterable[Sequence[int]]:
 class Store:
     """The database behind one executor, worker or child: engine, tables and statements."""
 
-    def __init__(self, url: Any, prefix: str = "", *, create: bool = True, pool_size: int | None = None) -> None:
+    def __init__(
+        self,
+        url: Any,
+        prefix: str = "",
+        *,
+        create: bool = True,
+        pool_size: int | None = None,
+        signer: serialization.Signer | None = None,
+    ) -> None:
+        #: Signs the exceptions the store writes and checks the ones it reads.
+        self.signer = signer or serialization.UNSIGNED
         self.dialect: Dialect = resolve(url)
         self.url = self.dialect.url
         self.prefix = schema.validate_prefix(prefix)
@@ -367,7 +382,7 @@ class Store:
                         if job.batch:
                             result, error = r.result, f"batch child job {r.id} failed"
                         else:
-                            result = serialization.dependency_failure(r.id, r.result)
+                            result = serialization.dependency_failure(r.id, r.result, self.signer)
                             error = f"DependencyFailed: upstream job {r.id} failed"
                         break
                 if state == schema.READY and any(r.state == schema.CANCELLED for r in rows):
@@ -845,7 +860,7 @@ class Store:
                 full = select(j.c.id).where(j.c.id.in_(sorted(batches)), j.c.state == schema.WAITING, j.c.open_deps <= 0)
                 rolled = self._roll_up(conn, [int(i) for i in conn.execute(full).scalars()], now)
                 finals += rolled
-                done_ids = [f.job_id for f in rolled]
+                done_ids = [f.job_id for f in rolled if f.state == schema.DONE]
         return released, finals
 
     def _roll_up(self, conn: Connection, batch_ids: Sequence[int], now: float) -> list[Final]:
@@ -854,19 +869,32 @@ class Store:
         finals: list[Final] = []
         for batch_id in batch_ids:
             stmt = (
-                select(j.c.result)
+                select(j.c.id, j.c.result)
                 .select_from(d.join(j, j.c.id == d.c.depends_on_id))
                 .where(d.c.job_id == batch_id)
                 .order_by(d.c.position)
             )
-            blob = serialization.batch_result(list(conn.execute(stmt).scalars()))
+            state, error = schema.DONE, None
+            try:
+                # Each child's signature is checked here and the whole list is signed
+                # as the batch's own result, so readers check one signature.
+                inner = [
+                    self.signer.open(r.result, serialization.result_context(r.id), f"the result of job {r.id}")
+                    for r in conn.execute(stmt).all()
+                ]
+                blob = self.signer.sign(serialization.batch_result(inner), serialization.result_context(batch_id))
+            except PayloadRejected as rejected:
+                state, error = schema.FAILED, f"{type(rejected).__name__}: {rejected}"
+                blob = serialization.dump_exception(rejected, signer=self.signer)
             res = conn.execute(
                 update(j)
                 .where(j.c.id == batch_id, j.c.state.in_(schema.PENDING_STATES + (schema.DONE,)), j.c.result.is_(None))
-                .values(state=schema.DONE, result=blob, finished_at=now, open_deps=0)
+                .values(state=state, result=blob, error=error, finished_at=now, open_deps=0)
             )
             if res.rowcount == 1:
-                finals.append(Final(batch_id, schema.DONE, blob))
+                finals.append(Final(batch_id, state, blob))
+                if state == schema.FAILED:
+                    finals += self._fail_dependents(conn, batch_id, blob, now)
         return finals
 
     def _fail_dependents(self, conn: Connection, job_id: int, blob: bytes, now: float) -> list[Final]:
@@ -883,7 +911,7 @@ class Store:
                 if is_batch:
                     error_blob, error = frontier[up], f"batch child job {up} failed"
                 else:
-                    error_blob = serialization.dependency_failure(up, frontier[up])
+                    error_blob = serialization.dependency_failure(up, frontier[up], self.signer)
                     error = f"DependencyFailed: upstream job {up} failed"
                 for chunk in _chunks(sorted(deps)):
                     pending = select(j.c.id).where(j.c.id.in_(chunk), j.c.state.in_(schema.PENDING_STATES))
@@ -1005,6 +1033,336 @@ class Store:
             lambda c: [int(i) for i in c.execute(select(j.c.id).where(j.c.state.not_in(schema.FINAL_STATES)).order_by(j.c.id)).scalars()],
             read_only=True,
         )
+
+    # -- operations (CLI, retention) -------------------------------------------
+
+    def schema_present(self) -> bool:
+        """Whether this prefix's tables exist (read-only commands refuse to run without them)."""
+        return bool(inspect(self.engine).has_table(self.tables.jobs.name))
+
+    def migrate(self) -> list[str]:
+        """Create missing tables and indexes and record the schema version; names of what was created.
+
+        ``ensure_schema`` only creates missing tables; an index added to an
+        existing table in a later release is created here.
+        """
+        self.ensure_schema()
+        created: list[str] = []
+        with self.engine.begin() as conn:
+            insp = inspect(conn)
+            for table in self.tables.metadata.sorted_tables:
+                have = {ix["name"] for ix in insp.get_indexes(table.name)}
+                for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
+                    if index.name not in have:
+                        index.create(conn)
+                        created.append(str(index.name))
+        return created
+
+    def status(self, now: float, running_limit: int = 50) -> dict[str, Any]:
+        """Counts per state and per group, the running jobs, and the oldest ready job."""
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> dict[str, Any]:
+            states = {s: int(n) for s, n in conn.execute(select(j.c.state, func.count()).group_by(j.c.state))}
+            groups: dict[str, dict[str, int]] = {}
+            for g, st, n in conn.execute(select(j.c.group_key, j.c.state, func.count()).group_by(j.c.group_key, j.c.state)):
+                groups.setdefault(g, {})[st] = int(n)
+            running = conn.execute(
+                select(j.c.id, j.c.fn_name, j.c.state, j.c.group_key, j.c.lease_owner, j.c.attempt, j.c.started_at)
+                .where(self._active)
+                .order_by(j.c.started_at, j.c.id)
+                .limit(running_limit)
+            ).all()
+            oldest = conn.execute(
+                select(j.c.id, j.c.fn_name, j.c.group_key, j.c.created_at, j.c.run_after)
+                .where(self._ready)
+                .order_by(j.c.created_at, j.c.id)
+                .limit(1)
+            ).first()
+            return {
+                "states": {s: states.get(s, 0) for s in schema.ALL_STATES},
+                "total": sum(states.values()),
+                "groups": {g: {s: c.get(s, 0) for s in schema.ALL_STATES} for g, c in sorted(groups.items())},
+                "running": [
+                    {
+                        "id": int(r.id),
+                        "function": r.fn_name,
+                        "state": r.state,
+                        "group": r.group_key,
+                        "worker": r.lease_owner,
+                        "attempt": int(r.attempt),
+                        "age": None if r.started_at is None else max(0.0, now - r.started_at),
+                    }
+                    for r in running
+                ],
+                "oldest_ready": None
+                if oldest is None
+                else {
+                    "id": int(oldest.id),
+                    "function": oldest.fn_name,
+                    "group": oldest.group_key,
+                    "age": max(0.0, now - oldest.created_at),
+                    "run_after": oldest.run_after,
+                },
+            }
+
+        return self._txn(work, read_only=True)
+
+    def list_jobs(
+        self,
+        *,
+        states: Sequence[str] = (),
+        group: str | None = None,
+        function: str | None = None,
+        key: str | None = None,
+        created_before: float | None = None,
+        created_after: float | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """Jobs matching every given filter, newest first (``function``: a substring of the name)."""
+        j = self.tables.jobs
+        stmt = select(
+            j.c.id, j.c.state, j.c.group_key, j.c.fn_name, j.c.job_key, j.c.attempt, j.c.retries,
+            j.c.created_at, j.c.finished_at, j.c.lease_owner, j.c.error,
+        )
+        if states:
+            stmt = stmt.where(j.c.state.in_(list(states)))
+        if group is not None:
+            stmt = stmt.where(j.c.group_key == group)
+        if function is not None:
+            stmt = stmt.where(j.c.fn_name.contains(function, autoescape=True))
+        if key is not None:
+            stmt = stmt.where(j.c.job_key == key)
+        if created_before is not None:
+            stmt = stmt.where(j.c.created_at < created_before)
+        if created_after is not None:
+            stmt = stmt.where(j.c.created_at >= created_after)
+        stmt = stmt.order_by(j.c.id.desc()).limit(limit)
+        rows = self._txn(lambda conn: conn.execute(stmt).all(), read_only=True)
+        return [
+            {
+                "id": int(r.id),
+                "state": r.state,
+                "group": r.group_key,
+                "function": r.fn_name,
+                "key": r.job_key,
+                "attempt": int(r.attempt),
+                "retries": int(r.retries),
+                "created_at": r.created_at,
+                "finished_at": r.finished_at,
+                "worker": r.lease_owner,
+                "error": r.error,
+            }
+            for r in rows
+        ]
+
+    def job_detail(self, job_id: int) -> dict[str, Any] | None:
+        """Everything about one job: its columns (blobs included), its edges both ways, and its attempts."""
+        j, d, a = self.tables.jobs, self.tables.deps, self.tables.attempts
+
+        def work(conn: Connection) -> dict[str, Any] | None:
+            row = conn.execute(select(j).where(j.c.id == job_id)).first()
+            if row is None:
+                return None
+            up = conn.execute(
+                select(j.c.id, j.c.state).join(d, d.c.depends_on_id == j.c.id).where(d.c.job_id == job_id).order_by(j.c.id)
+            ).all()
+            down = conn.execute(
+                select(j.c.id, j.c.state).join(d, d.c.job_id == j.c.id).where(d.c.depends_on_id == job_id).order_by(j.c.id)
+            ).all()
+            tries = conn.execute(select(a).where(a.c.job_id == job_id).order_by(a.c.id)).all()
+            return {
+                "job": dict(row._mapping),
+                "depends_on": [{"id": int(r.id), "state": r.state} for r in up],
+                "dependents": [{"id": int(r.id), "state": r.state} for r in down],
+                "attempts": [
+                    {k: v for k, v in r._mapping.items() if k not in ("id", "job_id")} for r in tries
+                ],
+            }
+
+        return self._txn(work, read_only=True)
+
+    def ids_in_state(self, state: str) -> list[int]:
+        """Ids of every job in ``state``, oldest first."""
+        j = self.tables.jobs
+        return self._txn(
+            lambda c: [int(i) for i in c.execute(select(j.c.id).where(j.c.state == state).order_by(j.c.id)).scalars()],
+            read_only=True,
+        )
+
+    def retry(self, job_ids: Sequence[int], retries: int, now: float) -> tuple[dict[int, str], dict[int, str]]:
+        """Put failed or cancelled jobs back to ``ready`` (or ``waiting``), with their dependents.
+
+        Each job gets ``retries`` further retries after the next attempt: its
+        ``retries`` column becomes ``attempt + retries``, because the budget is
+        counted against the attempt token, which keeps growing (it is the
+        fencing token, so it is never reset). A dependent that failed with
+        ``DependencyFailed`` because of a revived job is revived too, as
+        ``waiting``, transitively. A job whose upstream is failed or cancelled
+        (and not revived in the same call) is refused: it could never run.
+
+        Every change is an ``UPDATE`` guarded by the state and attempt read
+        under a row lock, in one transaction. Returns (revived id -> new state,
+        refused id -> reason) for the requested ids.
+        """
+        targets = sorted(set(job_ids))
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> tuple[dict[int, str], dict[int, str]]:
+            revived: dict[int, str] = {}
+            reasons: dict[int, str] = {}
+            candidates: dict[int, bool] = {i: True for i in targets}  # id -> asked for (else: a dependent)
+            progress = True
+            while progress:  # until nothing more can be revived (an upstream revived late unblocks others)
+                progress = False
+                for jid in sorted(candidates):
+                    if jid in revived:
+                        continue
+                    why = self._revive(conn, jid, candidates[jid], revived, retries)
+                    if why is None:
+                        progress = True
+                        reasons.pop(jid, None)
+                        for dep, _, _ in self._dependents(conn, [jid]):
+                            candidates.setdefault(dep, False)
+                    else:
+                        reasons[jid] = why
+            refused = {i: why for i, why in reasons.items() if candidates.get(i)}
+            # A revived batch whose children are all done again rolls up now.
+            batches = [i for i, st in revived.items() if st == schema.WAITING]
+            if batches:
+                full = select(j.c.id).where(j.c.id.in_(batches), j.c.batch == 1, j.c.open_deps <= 0)
+                for final in self._roll_up(conn, [int(i) for i in conn.execute(full).scalars()], now):
+                    revived[final.job_id] = final.state
+            self._notify(conn, ready=any(st == schema.READY for st in revived.values()))
+            return revived, refused
+
+        return self._txn(work)
+
+    def _revive(self, conn: Connection, job_id: int, asked: bool, revived: dict[int, str], retries: int) -> str | None:
+        """Revive one job in the caller's transaction; None if done, else why not."""
+        j, d = self.tables.jobs, self.tables.deps
+        row = conn.execute(
+            self.dialect.for_update(select(j.c.id, j.c.state, j.c.attempt, j.c.error, j.c.batch).where(j.c.id == job_id))
+        ).first()
+        if row is None:
+            return "no such job"
+        if asked:
+            if row.state not in (schema.FAILED, schema.CANCELLED):
+                return f"job {job_id} is {row.state}; only failed or cancelled jobs can be retried"
+        else:
+            found = _DEPENDENCY_ERROR.match(row.error or "")
+            if row.state != schema.FAILED or found is None or int(found.group(1)) not in revived:
+                return "did not fail because of a revived job"
+        ups = [int(i) for i in conn.execute(select(d.c.depends_on_id).where(d.c.job_id == job_id)).scalars()]
+        open_deps = 0
+        if ups:
+            rows = conn.execute(
+                self.dialect.for_update(select(j.c.id, j.c.state).where(j.c.id.in_(ups)).order_by(j.c.id))
+            ).all()
+            for r in rows:
+                if r.id in revived or r.state not in schema.FINAL_STATES:
+                    open_deps += 1
+                elif r.state != schema.DONE:
+                    return f"upstream job {r.id} is {r.state}; retry it first, or together with this one"
+        # A batch never becomes ready: it waits for its children and is rolled up.
+        state = schema.WAITING if open_deps or row.batch else schema.READY
+        res = conn.execute(
+            update(j)
+            .where(j.c.id == job_id, j.c.state == row.state, j.c.attempt == row.attempt)
+            .values(
+                state=state,
+                open_deps=open_deps,
+                retries=row.attempt + retries,
+                result=None,
+                error=None,
+                finished_at=None,
+                run_after=None,
+                lease_owner=None,
+                lease_expires=None,
+            )
+        )
+        if res.rowcount != 1:
+            return f"job {job_id} changed meanwhile; try again"
+        revived[job_id] = state
+        return None
+
+    def purge_batch(self, cutoff: float, limit: int = _IN_CHUNK) -> int:
+        """Delete up to ``limit`` finished jobs that finished before ``cutoff``, with their edges and attempts.
+
+        A job is kept while any job depending on it is unfinished or finished
+        at or after ``cutoff`` (an unfinished dependent still needs its
+        result). Rows another transaction holds are skipped, not waited for.
+        Returns how many jobs were deleted.
+        """
+        j, d, a = self.tables.jobs, self.tables.deps, self.tables.attempts
+        dj = j.alias("downstream")
+        final = j.c.state.in_(schema.FINAL_STATES)
+        old = j.c.finished_at < cutoff
+        keeps = or_(dj.c.state.not_in(schema.FINAL_STATES), dj.c.finished_at.is_(None), dj.c.finished_at >= cutoff)
+
+        def work(conn: Connection) -> int:
+            needed = select(d.c.job_id).join(dj, dj.c.id == d.c.job_id).where(d.c.depends_on_id == j.c.id, keeps)
+            ids = list(
+                conn.execute(select(j.c.id).where(final, old, ~needed.exists()).order_by(j.c.id).limit(limit)).scalars()
+            )
+            if not ids:
+                return 0
+            locked = list(conn.execute(self.dialect.for_claim(select(j.c.id).where(j.c.id.in_(ids), final, old))).scalars())
+            # Checked again after the lock, in a new statement (a fresh snapshot at READ
+            # COMMITTED): a submit that made one of these an upstream meanwhile has committed.
+            blocked = set(
+                conn.execute(
+                    select(d.c.depends_on_id).join(dj, dj.c.id == d.c.job_id).where(d.c.depends_on_id.in_(locked), keeps)
+                ).scalars()
+            ) if locked else set()
+            gone = sorted(set(locked) - blocked)
+            if not gone:
+                return 0
+            conn.execute(delete(a).where(a.c.job_id.in_(gone)))
+            conn.execute(delete(d).where(or_(d.c.job_id.in_(gone), d.c.depends_on_id.in_(gone))))
+            return int(conn.execute(delete(j).where(j.c.id.in_(gone), final)).rowcount)
+
+        return self._txn(work)
+
+    def purge(self, cutoff: float, batch: int = _IN_CHUNK) -> int:
+        """:meth:`purge_batch` until nothing more goes; one transaction per batch. Returns the total."""
+        total = 0
+        while True:
+            n = self.purge_batch(cutoff, batch)
+            total += n
+            if n == 0:
+                return total
+
+    def release_running(self, held: Sequence[tuple[int, int, float | None]], worker: str, now: float, why: str) -> list[int]:
+        """Put jobs a stopping worker still holds back to ``ready``; ids released.
+
+        ``held`` is ``(job_id, attempt, started_at)``. Guarded by the attempt
+        token: a job whose lease was already lost (reclaimed, finished
+        elsewhere) is left alone. Each release is recorded as an attempt.
+        """
+        j = self.tables.jobs
+
+        def work(conn: Connection) -> list[int]:
+            released: list[int] = []
+            for job_id, attempt, started in sorted(held):
+                res = conn.execute(
+                    update(j)
+                    .where(j.c.id == job_id, j.c.attempt == attempt, self._active)
+                    .values(state=schema.READY, lease_owner=None, lease_expires=None)
+                )
+                if res.rowcount != 1:
+                    continue
+                released.append(job_id)
+                self._notify(conn, ready=len(released) == 1)  # once, for the first
+                conn.execute(
+                    insert(self.tables.attempts).values(
+                        job_id=job_id, attempt=attempt, worker=worker, started_at=started,
+                        ended_at=now, outcome="released", detail=why,
+                    )
+                )
+            return released
+
+        return self._txn(work)
 
 
 def worker_name(pid: int) -> str:

@@ -1,0 +1,121 @@
+"""``dbexecutor worker``: run jobs from a database with no submitting executor.
+
+A worker is a :class:`~dbexecutor.DBExecutor` that never submits: its
+scheduler claims whatever is ready, so every machine with the same code and
+URL adds capacity. Functions are unpickled by reference (``module.name``), so
+they must be importable here (``--path`` or ``PYTHONPATH``).
+
+Stopping (SIGTERM or SIGINT)::
+
+    signal ──► stop claiming ──► running jobs finish (up to --grace seconds)
+                                       │ grace over, or a second signal
+                                       ▼
+               kill the children's process trees, put their jobs back to
+               ready (guarded by the attempt token) for other workers
+
+Nothing is lost: a job a killed child held is released, or, if this process
+itself is killed, its lease expires and another worker reclaims it. Nothing is
+finalized twice: every release and finalize is guarded by the attempt token.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from types import FrameType
+
+from .cli import parse_duration
+from .executor import DBExecutor
+from .store import masked_url
+
+__all__ = ["add_arguments", "run_worker"]
+
+log = logging.getLogger("dbexecutor.worker")
+
+_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The ``worker`` command's own options."""
+    p.add_argument("--max-workers", type=int, default=None, help="child processes (default: the CPU count)")
+    p.add_argument("--grace", type=parse_duration, default=30.0,
+                   help="on SIGTERM/SIGINT, seconds running jobs get to finish before they are killed and put back (default 30)")
+    p.add_argument("--lease-ttl", type=parse_duration, default=30.0, help="seconds a lease lives without a heartbeat")
+    p.add_argument("--poll-interval", type=parse_duration, default=0.2, help="seconds between looks for ready work")
+    p.add_argument("--timeout", type=parse_duration, default=None, help="default per-attempt timeout of jobs without one")
+    p.add_argument("--retention", type=parse_duration, default=None, help="delete finished jobs older than this (e.g. 7d)")
+    p.add_argument("--path", action="append", default=[], metavar="DIR",
+                   help="put DIR on sys.path so job functions can be imported (repeatable)")
+    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="log to stderr from this level (default WARNING)")
+
+
+def _configure_logging(level: str) -> None:
+    # Only the library's own logger: the root logger (and SQLAlchemy's) stay as they are.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+    root = logging.getLogger("dbexecutor")
+    root.addHandler(handler)
+    root.setLevel(level)
+
+
+def run_worker(args: argparse.Namespace) -> int:
+    """Serve jobs until SIGTERM/SIGINT; 0 after a clean stop, 1 if the scheduler broke."""
+    _configure_logging(args.log_level)
+    for path in reversed(args.path):
+        sys.path.insert(0, os.path.abspath(path))
+    stop = threading.Event()
+    hard = threading.Event()
+
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
+        if stop.is_set():
+            hard.set()  # a second signal: do not wait for the grace period
+        stop.set()
+        log.info("received %s", signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        ex = _executor(args)
+        sched = ex._scheduler
+        log.warning(
+            "worker %s serving %s prefix %r with up to %d children%s",
+            sched.owner, masked_url(ex._store.url), args.prefix, ex._max_workers,
+            ", payloads must be signed" if ex._store.signer.enabled else "",
+        )
+        while not stop.wait(0.2):
+            if not sched._thread.is_alive():
+                log.error("the scheduler stopped: %s", sched.broken or "see the log above")
+                return 1
+        log.warning("stopping: no new jobs; running jobs get %g s to finish", args.grace)
+        sched.request_shutdown()
+        deadline = time.monotonic() + args.grace
+        while sched._thread.is_alive() and time.monotonic() < deadline and not hard.is_set():
+            sched.join(min(0.1, max(0.0, deadline - time.monotonic())))
+        if sched._thread.is_alive():
+            log.warning("grace period over: killing running jobs and putting them back to ready")
+            sched.stop_now()
+            sched.join()
+        ex._store.close()
+        log.warning("worker %s stopped", sched.owner)
+        return 0 if sched.broken is None else 1
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _executor(args: argparse.Namespace) -> DBExecutor:
+    return DBExecutor(
+        args.url,
+        args.max_workers,
+        prefix=args.prefix,
+        lease_ttl=args.lease_ttl,
+        poll_interval=args.poll_interval,
+        timeout=args.timeout,
+        retention=args.retention,
+        secret=args.secret,  # None: $DBEXECUTOR_SECRET
+    )

@@ -1,0 +1,128 @@
+"""Standalone workers (``dbexecutor worker``) run what a submit-only process submits; SIGTERM gives jobs back."""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+
+import psutil
+from sqlalchemy import select, update
+
+import jobs
+from clitools import read, start_worker, stop, wait_for_log
+
+T = 60
+N = 150
+
+
+def test_workers_share_jobs_submitted_elsewhere(db, tmp_path):
+    path = str(tmp_path / "record.txt")
+    logs = [str(tmp_path / f"worker{i}.log") for i in range(2)]
+    workers = [start_worker(db, log, "--max-workers", "2", "--grace", "10") for log in logs]
+    try:
+        for proc, log in zip(workers, logs):
+            wait_for_log(log, "serving", proc)
+        # This process only submits: its executor never claims a job.
+        ex = db.executor(2, run_jobs=False)
+        futs = [ex.submit(jobs.record_ppid, path, i) for i in range(N)]
+        total = ex.submit(jobs.sum_list, [ex.submit(jobs.square, i) for i in range(5)])
+        results = [f.result(timeout=T) for f in futs]
+        assert total.result(timeout=T) == sum(i * i for i in range(5))
+        codes = [stop(p) for p in workers]
+    finally:
+        for p in workers:
+            if p.poll() is None:
+                p.kill()
+    assert codes == [0, 0], [read(log)[-2000:] for log in logs]
+
+    # Every job done, each exactly once, and nothing ran in this process or its children.
+    assert [r[0] for r in results] == list(range(N))
+    rows = db.jobs()
+    assert {r.state for r in rows} == {"done"} and len(rows) == N + 6
+    attempts = db.attempts()
+    per_job = collections.Counter(a.job_id for a in attempts)
+    assert set(per_job) == {r.id for r in rows} and max(per_job.values()) == 1
+    assert {a.outcome for a in attempts} == {"ok"}
+    with open(path) as f:
+        assert sorted(int(x) for x in f.read().split()) == list(range(N))
+    parents = collections.Counter(r[1] for r in results)
+    children = {r[2] for r in results}
+    me = psutil.Process()
+    assert os.getpid() not in parents and not children & {c.pid for c in me.children(recursive=True)}
+    # Both workers took part (a worker's children share its forkserver as parent).
+    assert len(parents) >= 2, parents
+    # The log names jobs and attempts.
+    assert any("attempt" in read(log) and "job " in read(log) for log in logs)
+
+
+def test_sigterm_gives_a_running_job_back(db, tmp_path):
+    marker, pid_path = str(tmp_path / "marker"), str(tmp_path / "pid")
+    log_a, log_b = str(tmp_path / "a.log"), str(tmp_path / "b.log")
+    a = start_worker(db, log_a, "--max-workers", "1", "--grace", "0.5")
+    b = None
+    try:
+        wait_for_log(log_a, "serving", a)
+        ex = db.executor(1, run_jobs=False)
+        fut = ex.submit(jobs.fault_frozen_first, marker, pid_path, 60)
+        end = time.monotonic() + T
+        while not os.path.exists(pid_path):
+            assert time.monotonic() < end and a.poll() is None, read(log_a)
+            time.sleep(0.05)
+        child_pid = int(read(pid_path))
+        started = time.monotonic()
+        assert stop(a) == 0, read(log_a)
+        assert time.monotonic() - started < 15
+        assert not psutil.pid_exists(child_pid) or psutil.Process(child_pid).status() == psutil.STATUS_ZOMBIE
+        row = db.row(fut.job_id)
+        assert (row.state, row.attempt, row.lease_owner) == ("ready", 1, None)
+        assert [x.outcome for x in db.attempts(fut.job_id)] == ["released"]
+        assert "released 1 job(s)" in read(log_a)
+
+        b = start_worker(db, log_b, "--max-workers", "1")
+        assert fut.result(timeout=T) == "second"
+        assert stop(b) == 0
+    finally:
+        for p in (a, b):
+            if p is not None and p.poll() is None:
+                p.kill()
+    assert [(x.attempt, x.outcome) for x in db.attempts(fut.job_id)] == [(1, "released"), (2, "ok")]
+    assert db.row(fut.job_id).state == "done"
+
+
+def test_sigterm_waits_for_running_jobs_within_grace(db, tmp_path):
+    log = str(tmp_path / "w.log")
+    w = start_worker(db, log, "--max-workers", "1", "--grace", "30")
+    try:
+        wait_for_log(log, "serving", w)
+        ex = db.executor(1, run_jobs=False)
+        fut = ex.submit(jobs.sleep, 1.5, "finished")
+        end = time.monotonic() + T
+        while db.row(fut.job_id).state not in ("leased", "running"):
+            assert time.monotonic() < end, read(log)
+            time.sleep(0.05)
+        assert stop(w) == 0, read(log)
+    finally:
+        if w.poll() is None:
+            w.kill()
+    # The job finished in the grace period: done once, never released.
+    assert fut.result(timeout=5) == "finished"
+    assert [x.outcome for x in db.attempts(fut.job_id)] == ["ok"]
+
+
+def test_a_lost_lease_is_not_released(db, tmp_path):
+    """release_running is guarded by the attempt token: a job reclaimed meanwhile stays as it is."""
+    store = db.store()
+    try:
+        ex = db.executor(1, run_jobs=False)
+        fut = ex.submit(jobs.add, 1, 2)
+        j = store.tables.jobs
+        with store.engine.begin() as conn:  # as if claimed twice: attempt 2 holds it now
+            conn.execute(update(j).where(j.c.id == fut.job_id).values(state="running", attempt=2, lease_expires=time.time() + 60))
+        assert store.release_running([(fut.job_id, 1, None)], "w:1", time.time(), "test") == []
+        with store.engine.connect() as conn:
+            assert conn.execute(select(j.c.state, j.c.attempt).where(j.c.id == fut.job_id)).one() == ("running", 2)
+        assert store.release_running([(fut.job_id, 2, None)], "w:1", time.time(), "test") == [fut.job_id]
+        assert db.row(fut.job_id).state == "ready"
+    finally:
+        store.close()
