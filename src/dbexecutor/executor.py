@@ -513,6 +513,9 @@ class DBExecutor(Executor):
             inserted = self._store.insert_jobs(rows, now)
             it = iter(inserted)
             futures = [j if isinstance(j, JobFuture) else self._scheduler.track(next(it).job_id) for j in jobs]
+        delays = [j.run_after for j in rows if j.run_after is not None]
+        if delays:
+            self._scheduler.due(min(delays))
         self._settle(inserted)
         return futures
 
