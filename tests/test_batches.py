@@ -130,3 +130,32 @@ def test_a_batch_resolves_from_its_row_in_another_executor(db):
     finally:
         other.shutdown()
     assert batch.result(timeout=30) == [0, 1, 4]
+
+
+def test_signed_batches_check_every_childs_result(db, tmp_path):
+    from sqlalchemy import update
+
+    from dbexecutor import PayloadRejected
+
+    ex = db.executor(secret="batch secret")
+    gate = str(tmp_path / "go")
+    with ex.batch() as good:
+        good.map(jobs.square, [2, 3])
+    assert good.result(timeout=30) == [4, 9]
+    assert ex.submit(jobs.sum_list, good).result(timeout=30) == 13  # the child checks the batch's signature
+    with ex.batch() as batch:
+        quick = batch.submit(jobs.square, 4)
+        batch.submit(jobs.wait_for_file, gate, "slow")
+    assert quick.result(timeout=30) == 16
+    # Someone rewrites a finished child's result while the batch still waits.
+    store = db.store()
+    j = store.tables.jobs
+    blob = bytearray(db.row(quick.job_id).result)
+    blob[-2] ^= 0xFF
+    with store.engine.begin() as conn:
+        conn.execute(update(j).where(j.c.id == quick.job_id).values(result=bytes(blob)))
+    store.close()
+    open(gate, "w").close()
+    with pytest.raises(PayloadRejected):
+        batch.result(timeout=30)
+    assert db.row(batch.job_id).state == "failed"
