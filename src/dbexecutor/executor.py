@@ -521,14 +521,15 @@ class DBExecutor(Executor):
 
     def _settle(self, rows: Sequence[Submitted]) -> None:
         """Resolve the futures of rows that were final on arrival (a failed or cancelled upstream, a done key)."""
-        pending = False
+        pending = ready = False
         for row in rows:
             if row.state in schema.FINAL_STATES:
                 self._scheduler.resolve(Final(row.job_id, row.state, row.result))
             else:
                 pending = True
+                ready = ready or row.state == schema.READY
         if pending:
-            self._scheduler.wake()
+            self._scheduler.wake(work=ready)
 
     # -- map ------------------------------------------------------------------
 

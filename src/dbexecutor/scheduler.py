@@ -115,6 +115,7 @@ class Scheduler:
         self._poll_all = False  # a notification asked for a full poll of our futures
         self._poll_ids: set[int] = set()  # ... or for these jobs, which finished elsewhere
         self._stop_listening = threading.Event()
+        self._work_hint = False  # a submit or a notification says ready work is there: claim without probing
         self._next_retention = 0.0
         self._abandon = False  # stop_now(): kill the children and give their jobs back
         self._thread = threading.Thread(target=self._run, name="dbexecutor-scheduler", daemon=True)
@@ -130,8 +131,10 @@ class Scheduler:
     def shutting_down(self) -> bool:
         return self._shutdown
 
-    def wake(self) -> None:
-        """Make the loop run a tick now (a submit, a cancel, a shutdown)."""
+    def wake(self, work: bool = False) -> None:
+        """Make the loop run a tick now (a submit, a cancel, a shutdown); ``work``: jobs became ready."""
+        if work:
+            self._work_hint = True
         with self._wake_lock:
             # Once the loop has ended its pipe is closed, and the descriptor
             # number may already belong to a file or socket opened since.
@@ -167,7 +170,7 @@ class Scheduler:
                     self._poll_ids |= mine
                 if not mine and "r" not in flags:
                     return
-        self.wake()
+        self.wake(work="r" in flags)
 
     def track(self, job_id: int, outstanding: bool = True, future: JobFuture[Any] | None = None) -> JobFuture[Any]:
         """The future of ``job_id`` (one per job per process), resolved when the job ends. Hold ``lock``."""
@@ -507,7 +510,8 @@ class Scheduler:
             for final in done.finals:
                 self.resolve(final)
         elif limit > 0:
-            claimed = self.store.claim(self.owner, limit, self.s.lease_ttl, now)
+            hint, self._work_hint = self._work_hint, False
+            claimed = self.store.claim(self.owner, limit, self.s.lease_ttl, now, probe=not hint)
         else:
             return
         for job in claimed:

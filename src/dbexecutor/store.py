@@ -481,13 +481,14 @@ class Store:
 
     # -- claim and leases -----------------------------------------------------
 
-    def claim(self, owner: str, limit: int, ttl: float, now: float) -> list[Claimed]:
+    def claim(self, owner: str, limit: int, ttl: float, now: float, *, probe: bool = True) -> list[Claimed]:
         """Lease up to ``limit`` ready jobs in one transaction: fair share over groups, then priority, then age.
 
-        Looks first, without a write lock, whether anything is runnable: an idle
-        poll is one indexed read, also on SQLite.
+        With ``probe``, looks first, without a write lock, whether anything is
+        runnable: an idle poll is one indexed read, also on SQLite. Without it
+        (work is known to be there), one round trip less.
         """
-        if limit <= 0 or not self.runnable_groups(now):
+        if limit <= 0 or (probe and not self.runnable_groups(now)):
             return []
         return self._txn(lambda conn: self._claim(conn, owner, limit, ttl, now))
 

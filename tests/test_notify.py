@@ -1,0 +1,68 @@
+"""PostgreSQL LISTEN/NOTIFY: one notification per transaction, never one per job."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import jobs
+from dbexecutor.dialects import resolve
+
+pytestmark = pytest.mark.databases("postgresql")
+
+
+def _listen(db):
+    url = resolve(db.url).url
+    conn = psycopg.connect(
+        host=url.host, port=url.port, user=url.username, password=url.password, dbname=url.database, autocommit=True
+    )
+    conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(f"{db.prefix}dbexecutor")))
+    return conn
+
+
+def _drain(conn, quiet: float = 0.5) -> list[str]:
+    """Notifications until none arrives for ``quiet`` seconds."""
+    got: list[str] = []
+    while True:
+        before = len(got)
+        got += [n.payload for n in conn.notifies(timeout=quiet)]
+        if len(got) == before:
+            return got
+
+
+def test_one_notification_per_transaction(db):
+    ex = db.executor(max_workers=1, poll_interval=5.0)
+    ex.submit(jobs.identity, 0).result(timeout=30)
+    ex.configure_group("held", limit=0)  # ready rows that nobody may start
+    listener = _listen(db)
+    try:
+        _drain(listener, 0.3)
+        # 400 rows in one insert transaction: one notification, saying "ready".
+        results = ex.options(group="held").map(jobs.identity, range(400))  # rows are in once map() returns
+        notes = _drain(listener)
+        assert len(notes) == 1, notes
+        sender, flags, ids = notes[0].split("\t")
+        assert flags == "r" and ids == ""
+        # Cancelling all 400 (one transaction): one notification listing the finished ids.
+        ex.shutdown(wait=True, cancel_futures=True)
+        notes = _drain(listener)
+        assert len(notes) == 1, notes
+        _, flags, ids = notes[0].split("\t")
+        assert flags == "f" and len(ids.split(",")) == 400
+        del results
+    finally:
+        listener.close()
+
+
+def test_finishing_a_job_elsewhere_resolves_the_future_without_polling(db):
+    # Both executors poll only every 30 s: the future can follow only through NOTIFY.
+    runner = db.executor(max_workers=1, poll_interval=30.0)
+    runner.submit(jobs.identity, 0).result(timeout=30)
+    submitter = db.executor(max_workers=1, poll_interval=30.0, run_jobs=False)
+    t0 = time.monotonic()
+    fut = submitter.submit(jobs.square, 7)
+    assert fut.result(timeout=10) == 49
+    assert time.monotonic() - t0 < 5.0
