@@ -150,6 +150,9 @@ def test_watch_migrate_and_exit_codes(db, tmp_path):
     assert run("frobnicate").returncode == 2
     assert run("status", "oracle://x@y/z").returncode == 2
     assert run("status", "postgresql://nobody@127.0.0.1:1/x").returncode == 3
+    missing = tmp_path / "never-made.db"
+    assert run("status", f"sqlite:///{missing}").returncode == 4
+    assert not missing.exists()  # reading never creates an empty database
     via_env = run("status", "--json", "--prefix", db.prefix, DBEXECUTOR_URL=db.url)
     assert via_env.returncode == 0 and json.loads(via_env.stdout)["total"] == 1
 

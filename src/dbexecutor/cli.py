@@ -39,6 +39,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from . import schema, serialization
 from .errors import ConfigurationError, DatabaseUnavailable, PayloadRejected, SchemaVersionError
+from .dialects import resolve
 from .store import Store, masked_url
 
 __all__ = ["main", "parse_duration", "EXIT_CODES"]
@@ -551,6 +552,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             from .worker import run_worker
 
             return run_worker(args)
+        if args.command != "migrate" and resolve(args.url).database_missing():
+            # Reading must not leave an empty SQLite file behind.
+            return fail(EXIT_SCHEMA, f"no database at {masked_url(resolve(args.url).url)}; run `dbexecutor migrate` first")
         store = Store(args.url, args.prefix, create=False, signer=args.signer)
         try:
             if args.command != "migrate" and not store.schema_present():

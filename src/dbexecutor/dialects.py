@@ -42,6 +42,10 @@ class Dialect:
 
     # -- engine ---------------------------------------------------------------
 
+    def database_missing(self) -> bool:
+        """True if connecting would create the database (an SQLite file that is not there yet)."""
+        return False
+
     def engine_options(self) -> dict[str, Any]:
         """Keyword arguments for ``create_engine``."""
         return {"pool_pre_ping": True, "pool_size": 4, "max_overflow": 8}
@@ -120,6 +124,10 @@ class SQLiteDialect(Dialect):
             # Children may start in another working directory (a forkserver
             # keeps the one it started in): pin the file now.
             self.url = url.set(database=os.path.abspath(db))
+
+    def database_missing(self) -> bool:
+        db = self.url.database or ""
+        return not db.startswith("file:") and not os.path.exists(db)
 
     def engine_options(self) -> dict[str, Any]:
         # The driver's own busy handler waits for the write lock; 30 s covers
