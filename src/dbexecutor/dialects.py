@@ -48,7 +48,10 @@ class Dialect:
 
     def engine_options(self) -> dict[str, Any]:
         """Keyword arguments for ``create_engine``."""
-        return {"pool_pre_ping": True, "pool_size": 4, "max_overflow": 8}
+        # No pre-ping: it would cost a round trip per transaction. A connection that
+        # died in the pool fails its first statement, and Store._txn runs the
+        # transaction again on a fresh one (SQLAlchemy invalidates the pool).
+        return {"pool_size": 4, "max_overflow": 8}
 
     def setup_engine(self, engine: Engine) -> None:
         """Install connection events (nothing by default)."""
