@@ -3,7 +3,8 @@
     python -m benchmarks                          # every scenario, every database, default sizes
     python -m benchmarks --quick                  # scaled down: all three databases in under a minute
     python benchmarks/run.py --databases sqlite --scenarios throughput,map --set jobs=2000
-    python -m benchmarks --json out.json          # default: benchmarks/results/latest.json
+    python -m benchmarks --json out.json          # default: benchmarks/results/latest.json (quick.json with --quick)
+    python -m benchmarks --show benchmarks/results/latest.json   # the table of an earlier run
 
 Scenarios: throughput, map, efficiency, dag, claim, latency, memory (see
 benchmarks/scenarios.py for what each compares). Every scenario also runs
@@ -157,8 +158,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="override one size, e.g. --set memory_jobs=20000 --set claim_finished=0,10000; "
                         f"names: {', '.join(f.name for f in dataclasses.fields(Sizes))}")
     parser.add_argument("--no-baselines", default="", metavar="NAMES", help="skip e.g. loky,pebble (PPE always runs)")
-    parser.add_argument("--json", default=str(DEFAULT_JSON))
+    parser.add_argument("--json", help="where to write the results (default: benchmarks/results/latest.json, "
+                        "or quick.json with --quick, so a smoke run never overwrites a measurement)")
+    parser.add_argument("--show", metavar="PATH", help="print the table of an earlier run's JSON and exit")
     args = parser.parse_args(argv)
+    if args.show:
+        with open(args.show) as f:
+            data = json.load(f)
+        print(table([Row(**r) for r in data["results"]], data["baselines"]))
+        return 0
 
     sizes = Sizes.quick() if args.quick else Sizes()
     if args.jobs is not None:
@@ -207,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     print(table(rows, list(found)))
     print(f"\n{len(rows)} rows in {total:.0f} s; {sum(r.passed is False for r in rows)} target(s) missed"
           + (f"; {len(errors)} scenario(s) failed" if errors else ""))
-    path = Path(args.json)
+    path = Path(args.json) if args.json else DEFAULT_JSON.with_name("quick.json" if args.quick else "latest.json")
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w") as f:
         json.dump({

@@ -388,11 +388,17 @@ def claim(ctx: Context, kind: str) -> list[Row]:
 # -- 6. latency ---------------------------------------------------------------
 
 
+def _pause(rng: random.Random, spacing: float, jitter: float) -> None:
+    # A random pause: a fixed one phase-locks the samples to the executor's poll clock.
+    time.sleep(spacing + rng.random() * jitter)
+
+
 def _latencies(ex: Executor, samples: int, spacing: float) -> list[float]:
     """Seconds from just before ``submit`` to the job's first line, one job at a time on an idle executor."""
     out = []
+    rng = random.Random(1)
     for _ in range(samples):
-        time.sleep(spacing)
+        _pause(rng, spacing, spacing)
         t0 = time.time()
         started = ex.submit(jobs.stamp).result()
         out.append(started - t0)
@@ -442,8 +448,9 @@ def _cross_process(kind: str, workers: int, samples: int, spacing: float) -> lis
             warmup = [ex.submit(jobs.stamp) for _ in range(workers)]  # the runner's children start on these
             wait(warmup)
             out = []
+            rng = random.Random(1)
             for _ in range(samples):
-                time.sleep(spacing)
+                _pause(rng, spacing, 0.25)  # beyond the runner's 0.2 s poll interval
                 t0 = time.time()
                 started = ex.submit(jobs.stamp).result()
                 out.append(started - t0)
