@@ -1,107 +1,235 @@
 """Benchmarks: dbexecutor against ProcessPoolExecutor on the same workload, same run.
 
-    python benchmarks/run.py                      # every database, default sizes
-    python benchmarks/run.py --databases sqlite --jobs 2000 --json out.json
+    python -m benchmarks                          # every scenario, every database, default sizes
+    python -m benchmarks --quick                  # scaled down: all three databases in under a minute
+    python benchmarks/run.py --databases sqlite --scenarios throughput,map --set jobs=2000
+    python -m benchmarks --json out.json          # default: benchmarks/results/latest.json (quick.json with --quick)
+    python -m benchmarks --show benchmarks/results/latest.json   # the table of an earlier run
 
-Prints a table and writes JSON. Ratios (dbexecutor / ProcessPoolExecutor)
-are what to compare across machines; absolute numbers depend on the box.
+Scenarios: throughput, map, efficiency, dag, claim, latency, memory (see
+benchmarks/scenarios.py for what each compares). Every scenario also runs
+ProcessPoolExecutor (and loky, pebble when importable) in the same run; the
+ratios are what to compare across machines, absolute numbers depend on the box.
+Prints a table and writes JSON with every raw number and the machine.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime
 import json
 import os
 import platform
+import sqlite3
+import subprocess
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Callable
-from concurrent.futures import Executor, ProcessPoolExecutor
+import traceback
+from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # so children import jobs by name
+ROOT = Path(__file__).resolve().parent.parent
+if __package__ in (None, ""):  # python benchmarks/run.py: make "benchmarks" a package children can import
+    sys.path[0:1] = [str(ROOT)]
+try:
+    import dbexecutor  # noqa: F401
+except ImportError:  # a checkout without the package installed
+    sys.path.insert(1, str(ROOT / "src"))
 
-import jobs  # noqa: E402
+import psutil  # noqa: E402
+import sqlalchemy  # noqa: E402
 
-from dbexecutor import DBExecutor  # noqa: E402
-from dbexecutor.store import Store  # noqa: E402
+from benchmarks import baselines  # noqa: E402
+from benchmarks.scenarios import SCENARIOS, URLS, Context, Row, Sizes  # noqa: E402
 
-URLS = {
-    "sqlite": None,  # a fresh file per run
-    "postgresql": os.environ.get("DBEXECUTOR_TEST_POSTGRESQL_URL", "postgresql://postgres@127.0.0.1:5432/test"),
-    "mariadb": os.environ.get("DBEXECUTOR_TEST_MYSQL_URL", "mysql://root@127.0.0.1:3306/test"),
-}
-
-
-def throughput(ex: Executor, n: int) -> float:
-    """Jobs per second: ``n`` trivial jobs submitted one by one, until every result is back."""
-    ex.submit(jobs.noop, 0).result()  # warm: children started, tables created
-    start = time.perf_counter()
-    futures = [ex.submit(jobs.noop, i) for i in range(n)]
-    for f in futures:
-        f.result()
-    return n / (time.perf_counter() - start)
+DEFAULT_JSON = ROOT / "benchmarks" / "results" / "latest.json"
+ALIASES = {"mysql": "mariadb", "pg": "postgresql", "postgres": "postgresql"}
 
 
-def map_rate(ex: Executor, n: int, chunksize: int) -> float:
-    """Items per second through ``map`` with ``chunksize``."""
-    ex.submit(jobs.noop, 0).result()
-    start = time.perf_counter()
-    assert sum(ex.map(jobs.noop, range(n), chunksize=chunksize)) == n * (n - 1) // 2
-    return n / (time.perf_counter() - start)
+# -- machine --------------------------------------------------------------------
 
 
-SCENARIOS: dict[str, Callable[[Executor, int], float]] = {
-    "throughput": throughput,
-    "map_chunk1": lambda ex, n: map_rate(ex, n, 1),
-    "map_chunk64": lambda ex, n: map_rate(ex, n, 64),
-}
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
-def with_dbexecutor(kind: str, workers: int, fn: Callable[[Executor], float]) -> float:
-    prefix = f"bench{uuid.uuid4().hex[:8]}_"
-    with tempfile.TemporaryDirectory() as tmp:
-        url = URLS[kind] or f"sqlite:///{tmp}/bench.db"
-        ex = DBExecutor(url, workers, prefix=prefix)
-        try:
-            with ex:
-                return fn(ex)
-        finally:
-            store = Store(url, prefix, create=False)
-            store.drop_schema()
-            store.close()
+def _server_version(kind: str) -> str | None:
+    if kind == "sqlite":
+        return sqlite3.sqlite_version
+    from dbexecutor.dialects import resolve
+
+    try:
+        engine = sqlalchemy.create_engine(resolve(URLS[kind]).url)
+        with engine.connect() as conn:
+            version = conn.exec_driver_sql("SELECT version()").scalar()
+        engine.dispose()
+        return str(version)
+    except Exception as error:  # noqa: BLE001
+        return f"unreachable: {type(error).__name__}"
+
+
+def _module_version(name: str) -> str | None:
+    try:
+        module = __import__(name)
+    except ImportError:
+        return None
+    return str(getattr(module, "__version__", getattr(module, "VERSION", "?")))
+
+
+def _git_commit() -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        return out.stdout.strip() or None
+    except OSError:
+        return None
+
+
+def machine(databases: list[str]) -> dict[str, Any]:
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "ram_gb": round(psutil.virtual_memory().total / 2**30, 1),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "sqlalchemy": sqlalchemy.__version__,
+        "psycopg": _module_version("psycopg"),
+        "pymysql": _module_version("pymysql"),
+        **baselines.versions(),
+        "servers": {kind: _server_version(kind) for kind in databases},
+        "dbexecutor_commit": _git_commit(),
+        "load_average_at_start": list(os.getloadavg()),
+    }
+
+
+# -- table ----------------------------------------------------------------------
+
+
+def fmt(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "/s":
+        return f"{value:,.0f}/s"
+    if unit == "x":
+        return f"{value:.2f}"
+    if unit == "ms":
+        return f"{value:.2f} ms"
+    if unit == "MB":
+        return f"{value:.2f} MB"
+    return f"{value:.2f} {unit}"
+
+
+def table(rows: list[Row], names: list[str]) -> str:
+    """A Markdown table: one row per metric of each scenario on each database."""
+    head = ["scenario", "database", "metric", "dbexecutor", *[n if n != "ppe" else "PPE" for n in names],
+            "ratio", "target", "pass"]
+    lines = [head]
+    for r in rows:
+        ratio = "—" if r.ratio is None else (f"{r.ratio:.1%}" if r.unit == "/s" else f"{r.ratio:.2f}x")
+        verdict = "" if r.passed is None else ("yes" if r.passed else "**no**")
+        lines.append([r.scenario, r.database, r.metric, fmt(r.dbexecutor, r.unit),
+                      *[fmt(r.baselines.get(n), r.unit) for n in names], ratio, r.target, verdict])
+    widths = [max(len(line[i]) for line in lines) for i in range(len(head))]
+    out = ["| " + " | ".join(c.ljust(w) for c, w in zip(line, widths)) + " |" for line in lines]
+    out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
+    return "\n".join(out)
+
+
+# -- main -----------------------------------------------------------------------
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--databases", default="sqlite,postgresql,mariadb")
-    parser.add_argument("--scenarios", default="throughput")
-    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--scenarios", default=",".join(SCENARIOS), help=f"any of {', '.join(SCENARIOS)}")
+    parser.add_argument("--quick", action="store_true", help="scaled-down sizes (a smoke run, not a measurement)")
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--json", default=os.path.join(os.path.dirname(__file__), "results", "latest.json"))
+    parser.add_argument("--jobs", type=int, help="jobs for throughput and map (same as --set jobs=N)")
+    parser.add_argument("--set", action="append", default=[], metavar="NAME=VALUE",
+                        help="override one size, e.g. --set memory_jobs=20000 --set claim_finished=0,10000; "
+                        f"names: {', '.join(f.name for f in dataclasses.fields(Sizes))}")
+    parser.add_argument("--no-baselines", default="", metavar="NAMES", help="skip e.g. loky,pebble (PPE always runs)")
+    parser.add_argument("--json", help="where to write the results (default: benchmarks/results/latest.json, "
+                        "or quick.json with --quick, so a smoke run never overwrites a measurement)")
+    parser.add_argument("--show", metavar="PATH", help="print the table of an earlier run's JSON and exit")
     args = parser.parse_args(argv)
-    rows: list[dict[str, Any]] = []
-    for scenario in args.scenarios.split(","):
-        run = SCENARIOS[scenario]
-        for kind in args.databases.split(","):
-            # ProcessPoolExecutor on the same workload right before, so the ratio holds on a noisy box.
-            with ProcessPoolExecutor(args.workers) as ppe:
-                base = run(ppe, args.jobs)
-            ours = with_dbexecutor(kind, args.workers, lambda ex: run(ex, args.jobs))
-            rows.append({"scenario": scenario, "database": kind, "jobs": args.jobs, "workers": args.workers,
-                         "dbexecutor_per_s": round(ours, 1), "processpool_per_s": round(base, 1),
-                         "ratio": round(ours / base, 4)})
-            r = rows[-1]
-            print(f"{scenario:<12} {kind:<11} {r['dbexecutor_per_s']:>10.0f}/s  PPE {r['processpool_per_s']:>8.0f}/s  "
-                  f"ratio {r['ratio']:.1%}", flush=True)
-    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-    with open(args.json, "w") as f:
-        json.dump({"machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                               "platform": platform.platform()}, "results": rows}, f, indent=2)
-    print(f"wrote {args.json}")
-    return 0
+    if args.show:
+        with open(args.show) as f:
+            data = json.load(f)
+        print(table([Row(**r) for r in data["results"]], data["baselines"]))
+        return 0
+
+    sizes = Sizes.quick() if args.quick else Sizes()
+    if args.jobs is not None:
+        sizes.jobs = args.jobs
+    for item in args.set:
+        name, _, value = item.partition("=")
+        sizes.override(name.strip(), value.strip())
+    databases = [ALIASES.get(d.strip(), d.strip()) for d in args.databases.split(",") if d.strip()]
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    for name in scenarios:
+        if name not in SCENARIOS:
+            parser.error(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}")
+    for name in databases:
+        if name not in URLS:
+            parser.error(f"unknown database {name!r}; known: {', '.join(URLS)}")
+    skip = {s.strip() for s in args.no_baselines.split(",") if s.strip()} - {"ppe"}
+    found = {k: v for k, v in baselines.available().items() if k not in skip}
+    ctx = Context(sizes, args.workers, found)
+
+    info = machine(databases)
+    print(f"{info['cpu']}, {info['cores']} cores, {info['ram_gb']} GB, Python {info['python']}, "
+          f"baselines: {', '.join(found)}{' (quick)' if args.quick else ''}", flush=True)
+    rows: list[Row] = []
+    errors: list[dict[str, str]] = []
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    for scenario in scenarios:
+        for kind in databases:
+            t0 = time.perf_counter()
+            try:
+                got = SCENARIOS[scenario](ctx, kind)
+            except Exception as error:  # noqa: BLE001 - one broken cell must not lose the rest of the run
+                traceback.print_exc()
+                errors.append({"scenario": scenario, "database": kind, "error": f"{type(error).__name__}: {error}"})
+                got = []
+            timings[f"{scenario}/{kind}"] = time.perf_counter() - t0
+            rows += got
+            for r in got:
+                ratio = "" if r.ratio is None else f"  ratio {r.ratio:.3g}"
+                verdict = "" if r.passed is None else ("  pass" if r.passed else "  MISS")
+                print(f"  {scenario:<10} {kind:<10} {r.metric:<38} {fmt(r.dbexecutor, r.unit):>12}  "
+                      f"PPE {fmt(r.baselines.get('ppe'), r.unit):>12}{ratio}{verdict}", flush=True)
+            print(f"  ({scenario}/{kind}: {timings[f'{scenario}/{kind}']:.1f} s)", flush=True)
+    total = time.perf_counter() - started
+    print()
+    print(table(rows, list(found)))
+    print(f"\n{len(rows)} rows in {total:.0f} s; {sum(r.passed is False for r in rows)} target(s) missed"
+          + (f"; {len(errors)} scenario(s) failed" if errors else ""))
+    path = Path(args.json) if args.json else DEFAULT_JSON.with_name("quick.json" if args.quick else "latest.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({
+            "machine": info,
+            "quick": args.quick,
+            "workers": args.workers,
+            "sizes": dataclasses.asdict(sizes),
+            "baselines": list(found),
+            "seconds": {"total": total, **timings},
+            "errors": errors,
+            "results": [dataclasses.asdict(r) for r in rows],
+        }, f, indent=2, default=str)
+    print(f"wrote {path}")
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

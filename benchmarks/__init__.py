@@ -1,0 +1,1 @@
+"""dbexecutor benchmarks: ``python -m benchmarks --help`` (see docs/benchmarks.md)."""
