@@ -61,7 +61,6 @@ def fill(store: Store, state: str, n: int, now: float) -> float:
         "payload": literal(_PAYLOAD, LargeBinary()),
         "result": literal(_PAYLOAD, LargeBinary()) if final else literal_column("NULL"),
         "group_key": literal_column("'default'"),
-        "weight": literal_column("1"),
         "priority": literal_column("0"),
         "retries": literal_column("0"),
         "attempt": literal_column("1" if final else "0"),
