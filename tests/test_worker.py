@@ -25,9 +25,12 @@ def test_workers_share_jobs_submitted_elsewhere(db, tmp_path):
             wait_for_log(log, "serving", proc)
         # This process only submits: its executor never claims a job.
         ex = db.executor(2, run_jobs=False)
+        ex.configure_group("api", limit=1)  # one at a time across both workers
+        api = [ex.options(group="api").submit(jobs.sleep, 0.1, i) for i in range(6)]
         futs = [ex.submit(jobs.record_ppid, path, i) for i in range(N)]
         total = ex.submit(jobs.sum_list, [ex.submit(jobs.square, i) for i in range(5)])
         results = [f.result(timeout=T) for f in futs]
+        assert [f.result(timeout=T) for f in api] == list(range(6))
         assert total.result(timeout=T) == sum(i * i for i in range(5))
         codes = [stop(p) for p in workers]
     finally:
@@ -39,7 +42,9 @@ def test_workers_share_jobs_submitted_elsewhere(db, tmp_path):
     # Every job done, each exactly once, and nothing ran in this process or its children.
     assert [r[0] for r in results] == list(range(N))
     rows = db.jobs()
-    assert {r.state for r in rows} == {"done"} and len(rows) == N + 6
+    assert {r.state for r in rows} == {"done"} and len(rows) == N + 6 + 6
+    spans = sorted((r.started_at, r.finished_at) for r in rows if r.group_key == "api")
+    assert all(end <= nxt for (_, end), (nxt, _) in zip(spans, spans[1:])), spans  # never two at once
     attempts = db.attempts()
     per_job = collections.Counter(a.job_id for a in attempts)
     assert set(per_job) == {r.id for r in rows} and max(per_job.values()) == 1
