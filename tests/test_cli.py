@@ -164,3 +164,18 @@ def test_parse_duration():
     for bad in ("", "soon", "5x", "d7"):
         with pytest.raises(Exception):
             parse_duration(bad)
+
+
+def test_group_command_pauses_and_resumes_a_group(db):
+    ex = db.executor(1)
+    assert cli(db, "group", "--name", "api", "--limit", "0").returncode == 0
+    fut = ex.options(group="api").submit(jobs.identity, 5)
+    assert ex.submit(jobs.identity, 6).result(timeout=T) == 6  # the executor runs, just not "api"
+    assert db.row(fut.job_id).state == "ready"
+    assert _json(cli(db, "group", "--name", "api", "--json")) == {"name": "api", "weight": 1, "limit": 0, "vtime": 0.0}
+    assert _json(cli(db, "status", "--json"))["group_settings"]["api"] == {"weight": 1, "limit": 0}
+    assert cli(db, "group", "--name", "nope").returncode == 1
+    assert cli(db, "group", "--name", "api", "--limit", "-2").returncode == 2
+    assert cli(db, "group", "--name", "api", "--limit", "none", "--weight", "3").returncode == 0
+    assert fut.result(timeout=T) == 5
+    assert {g.name: (g.weight, g.limit) for g in ex.groups()}["api"] == (3, None)

@@ -209,6 +209,7 @@ def _status_data(store: Store) -> dict[str, Any]:
     data = store.status(time.time())
     data["database"] = masked_url(store.url)
     data["prefix"] = store.prefix
+    data["group_settings"] = {g.name: {"weight": g.weight, "limit": g.limit} for g in store.groups()}
     return data
 
 
@@ -218,10 +219,21 @@ def _print_status(data: dict[str, Any], out: TextIO) -> None:
     out.write(f"jobs      {data['total']} total: " + "  ".join(f"{s} {states[s]}" for s in schema.ALL_STATES) + "\n\n")
     if data["groups"]:
         rows = []
+        settings = data.get("group_settings", {})
         for g, c in data["groups"].items():
             total = sum(c.values())
-            rows.append([g, total, c["waiting"], c["ready"], c["leased"] + c["running"], c["done"], c["failed"], c["cancelled"], _bar(c["done"], total)])
-        _table(["GROUP", "TOTAL", "WAITING", "READY", "RUNNING", "DONE", "FAILED", "CANCELLED", "PROGRESS (done/total)"], rows, out)
+            conf = settings.get(g, {})
+            limit = conf.get("limit")
+            rows.append([
+                g, conf.get("weight", "-"), "-" if limit is None else limit, total, c["waiting"], c["ready"],
+                c["leased"] + c["running"], c["done"], c["failed"], c["cancelled"], _bar(c["done"], total),
+            ])
+        _table(
+            ["GROUP", "WEIGHT", "LIMIT", "TOTAL", "WAITING", "READY", "RUNNING", "DONE", "FAILED", "CANCELLED",
+             "PROGRESS (done/total)"],
+            rows,
+            out,
+        )
         out.write("\n")
     if data["running"]:
         out.write("running\n")
@@ -407,6 +419,41 @@ def cmd_migrate(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def _limit(text: str) -> int | None:
+    if text.lower() in ("none", "off", "unlimited"):
+        return None
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError("a limit is >= 0 (0 pauses the group), or 'none'")
+    return value
+
+
+def cmd_group(store: Store, args: argparse.Namespace, out: TextIO) -> int:
+    changes: dict[str, Any] = {}
+    if args.weight is not None:
+        if args.weight < 1:
+            raise UsageError("a weight is an integer >= 1")
+        changes["weight"] = args.weight
+    if args.limit is not _NO_LIMIT_GIVEN:
+        changes["limit"] = args.limit
+    if changes:
+        info = store.configure_group(args.name, **changes)
+    else:
+        found = [g for g in store.groups() if g.name == args.name]
+        if not found:
+            raise _Failure(EXIT_NOTHING, f"no group named {args.name!r}")
+        info = found[0]
+    if args.json:
+        _json({"name": info.name, "weight": info.weight, "limit": info.limit, "vtime": info.vtime}, out)
+    else:
+        limit = "none" if info.limit is None else str(info.limit)
+        out.write(f"group {info.name}: weight {info.weight}, limit {limit}{' (paused)' if info.limit == 0 else ''}\n")
+    return EXIT_OK
+
+
+_NO_LIMIT_GIVEN: Any = object()
+
+
 def _ids(args: argparse.Namespace, exactly_one: bool = False) -> list[int]:
     ids = list(args.ids)
     if exactly_one and len(ids) != 1:
@@ -464,6 +511,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("cancel", help="cancel jobs that have not started, and their dependents")
     _common(p, ids="job ids (optionally preceded by the URL)")
 
+    p = sub.add_parser("group", help="show or change a group's weight and concurrency limit (for every executor)")
+    _common(p)
+    p.add_argument("--name", required=True, help="the group")
+    p.add_argument("--weight", type=int, default=None, help="share of the slots when they are scarce (>= 1)")
+    p.add_argument(
+        "--limit", type=_limit, default=_NO_LIMIT_GIVEN,
+        help="at most this many of its jobs leased or running at once, anywhere; 0 pauses, 'none' lifts it",
+    )
+
     p = sub.add_parser("purge", help="delete finished jobs older than a bound")
     _common(p)
     p.add_argument("--older-than", type=parse_duration, required=True, help="e.g. 7d, 12h")
@@ -520,6 +576,7 @@ _COMMANDS: dict[str, Callable[[Store, argparse.Namespace, TextIO], int]] = {
     "retry": cmd_retry,
     "cancel": cmd_cancel,
     "purge": cmd_purge,
+    "group": cmd_group,
     "migrate": cmd_migrate,
 }
 
