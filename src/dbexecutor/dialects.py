@@ -185,13 +185,6 @@ class PostgreSQLDialect(Dialect):
         conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(name.encode())})
         yield
 
-    def engine_options(self) -> dict[str, Any]:
-        # psycopg prepares a statement on its fifth run, and PostgreSQL may then
-        # settle on a generic plan made when the jobs table looked different
-        # (a few rows, other states): an IN-list poll went from 5 ms to 400 ms
-        # that way. Custom plans keep the saved parse but plan per execution.
-        return {**super().engine_options(), "connect_args": {"options": "-c plan_cache_mode=force_custom_plan"}}
-
     def insert_ignore(self, table: Table) -> Insert:
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 

@@ -187,6 +187,8 @@ class Store:
         j = self.tables.jobs
         self._ready = j.c.state == literal_column(f"'{schema.READY}'")  # literal, so partial indexes apply
         self._active = j.c.state.in_([literal_column(f"'{s}'") for s in schema.ACTIVE_STATES])
+        # Literal too: a prepared statement's generic plan then knows which states it reads.
+        self._final = j.c.state.in_([literal_column(f"'{s}'") for s in schema.FINAL_STATES])
         #: Where this store's notifications go (PostgreSQL); one channel per table prefix.
         self.channel = f"{prefix}dbexecutor"
         #: Names this store's notifications, so a listener can skip its own.
@@ -980,7 +982,7 @@ class Store:
             out: list[Final] = []
             for chunk in _chunks(list(job_ids)):
                 rows = conn.execute(
-                    select(j.c.id, j.c.state, j.c.result).where(j.c.id.in_(chunk), j.c.state.in_(schema.FINAL_STATES))
+                    select(j.c.id, j.c.state, j.c.result).where(j.c.id.in_(chunk), self._final)
                 ).all()
                 out += [Final(int(r.id), r.state, r.result) for r in rows]
             return out
