@@ -192,15 +192,9 @@ class Batch(JobFuture[list[Any]]):
             for child in self.children:
                 child.cancel()
             self._sealed = True
-            return Future.cancel(self) and self._notified()
+            self._cancel_local()  # never stored: nothing in the database to cancel
+            return True
         return super().cancel()
-
-    def _notified(self) -> bool:
-        try:
-            self.set_running_or_notify_cancel()
-        except RuntimeError:
-            pass
-        return True
 
     def __enter__(self) -> Batch:
         return self

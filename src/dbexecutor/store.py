@@ -392,8 +392,10 @@ class Store:
                 open_deps = sum(r.state != schema.DONE for r in rows)
                 if state == schema.READY and open_deps:
                     state = schema.WAITING
-            if job.batch and state == schema.READY:  # every child already done
-                state, finished = schema.DONE, now
+            # A batch is never ready: with every child already done it is rolled up below.
+            roll_up_now = job.batch and state == schema.READY
+            if roll_up_now:
+                state = schema.WAITING
             row = self._row(job, state, now, open_deps)
             row.update(result=result, error=error, finished_at=finished)
             job_id = self._insert_one(conn, row)
@@ -405,8 +407,9 @@ class Store:
                         for i, d in enumerate(job.deps)
                     ],
                 )
-            if job.batch and state == schema.DONE:
-                result = self._roll_up(conn, [job_id], now)[0].result
+            if roll_up_now:
+                final = self._roll_up(conn, [job_id], now)[0]
+                state, result = final.state, final.result
             runnable = state == schema.READY and (job.run_after is None or job.run_after <= now)
             self._notify(conn, ready=runnable, finished=[job_id] if state in schema.FINAL_STATES else ())
             return Submitted(int(job_id), state, result)
@@ -891,7 +894,7 @@ class Store:
                 blob = serialization.dump_exception(rejected, signer=self.signer)
             res = conn.execute(
                 update(j)
-                .where(j.c.id == batch_id, j.c.state.in_(schema.PENDING_STATES + (schema.DONE,)), j.c.result.is_(None))
+                .where(j.c.id == batch_id, j.c.state == schema.WAITING)
                 .values(state=state, result=blob, error=error, finished_at=now, open_deps=0)
             )
             if res.rowcount == 1:
@@ -1356,13 +1359,13 @@ class Store:
                 if res.rowcount != 1:
                     continue
                 released.append(job_id)
-                self._notify(conn, ready=len(released) == 1)  # once, for the first
                 conn.execute(
                     insert(self.tables.attempts).values(
                         job_id=job_id, attempt=attempt, worker=worker, started_at=started,
                         ended_at=now, outcome="released", detail=why,
                     )
                 )
+            self._notify(conn, ready=bool(released))
             return released
 
         return self._txn(work)
