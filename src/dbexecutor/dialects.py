@@ -12,7 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sqlite3
 import threading
+import time
 import zlib
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
@@ -144,7 +146,17 @@ class SQLiteDialect(Dialect):
             # the "begin" hook below decides how a transaction starts.
             dbapi_conn.isolation_level = None
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            # Switching a new file to WAL needs an exclusive lock, and SQLite may
+            # answer "locked" at once (no busy handler) while another process
+            # opens the same new file: try again for a while.
+            for attempt in range(200):
+                try:
+                    cur.execute("PRAGMA journal_mode=WAL")
+                    break
+                except sqlite3.OperationalError as error:
+                    if "locked" not in str(error) and "busy" not in str(error) or attempt == 199:
+                        raise
+                    time.sleep(0.05)
             cur.execute("PRAGMA foreign_keys=ON")
             cur.close()
 
