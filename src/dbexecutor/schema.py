@@ -125,6 +125,9 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         Column("started_at", Double, nullable=True),
         Column("finished_at", Double, nullable=True),
         UniqueConstraint("job_key", name=f"{prefix}uq_jobs_key"),
+        # SQLite would otherwise hand out the id of a purged last row again,
+        # and an old future (or a CLI user) would name a different job.
+        sqlite_autoincrement=True,
         **opts,
     )
     # The claim asks each group for its best ready rows: (group, priority, age).
