@@ -6,6 +6,8 @@ Usage: ``python fault_driver.py MODE URL OPTIONS_JSON [ARGS...]`` where MODE is
   wait for all of them and check every result; exit 0 when all are right;
 - ``sleeper PID_PATH``: submit one job that starts a grandchild and sleeps 60 s,
   and wait for it (the test kills this process);
+- ``submitted N FLUSH``: submit N jobs (``FLUSH`` 1: then call ``flush()``),
+  print ``submitted``, and wait to be killed;
 - ``keys RECORD_PATH CRASH_AFTER``: submit 20 keyed jobs that append to
   RECORD_PATH; with CRASH_AFTER > 0, ``os._exit`` once that many are done,
   else wait for all of them and exit 0.
@@ -101,6 +103,22 @@ def _keys(url: str, options: dict, record_path: str, crash_after: int) -> int:
     return 0
 
 
+def _submitted(url: str, options: dict, n: int, flush: bool) -> int:
+    import time
+
+    import jobs
+    from dbexecutor import DBExecutor
+
+    ex = DBExecutor(url, **options)
+    for i in range(n):
+        ex.submit(jobs.identity, i)
+    if flush:
+        ex.flush()
+    print("submitted", flush=True)
+    time.sleep(600)  # the test kills this process
+    return 0
+
+
 def main(argv: list[str]) -> int:
     mode, url, options = argv[0], argv[1], json.loads(argv[2])
     rest = argv[3:]
@@ -108,6 +126,8 @@ def main(argv: list[str]) -> int:
         return _dag(url, options, int(rest[0]), int(rest[1]))
     if mode == "sleeper":
         return _sleeper(url, options, rest[0])
+    if mode == "submitted":
+        return _submitted(url, options, int(rest[0]), rest[1] == "1")
     if mode == "keys":
         return _keys(url, options, rest[0], int(rest[1]))
     raise SystemExit(f"unknown mode {mode!r}")

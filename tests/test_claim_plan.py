@@ -2,7 +2,9 @@
 
 The claim is two reads: which groups have runnable work (one probe of the
 ready index per group), then the best rows of a group (a range of that index,
-already in priority order). Neither may scan the jobs table or sort it.
+already in priority order). Neither may scan the jobs table or sort it. The
+UPDATE that leases the rows finds them by primary key (on PostgreSQL and
+SQLite it embeds the second read; a semi-join there could scan the table).
 """
 
 from __future__ import annotations
@@ -35,17 +37,19 @@ def test_claim_uses_the_ready_index(db):
         conn.commit()
     plans = store.explain_claim()
     index = f"{db.prefix}ix_jobs_ready"
-    claim, groups = "\n".join(plans["claim"]), "\n".join(plans["groups"])
+    claim, groups, lease = ("\n".join(plans[k]) for k in ("claim", "groups", "lease"))
     assert index in claim, claim
     if db.kind == "sqlite":
         assert "USING INDEX" in claim and "TEMP B-TREE" not in claim, claim
         assert f"SCAN {j.name}" not in groups and f"SCAN {j.name}" not in claim, groups
+        assert "USING INTEGER PRIMARY KEY" in lease and f"SCAN {j.name}" not in lease, lease
     elif db.kind == "postgresql":
         assert "Seq Scan" not in claim and "Sort" not in claim, claim
         assert f"Seq Scan on {j.name}" not in groups, groups
+        assert f"{j.name}_pkey" in lease and "Seq Scan" not in lease, lease
     else:
         # MySQL's EXPLAIN rows: id | select_type | table | partitions | type | ...
-        for line in plans["claim"] + plans["groups"]:
+        for line in plans["claim"] + plans["groups"] + plans["lease"]:
             cells = [c.strip() for c in line.split("|")]
             if cells[2] == j.name:
                 assert cells[4] != "ALL" and cells[6] != "None" and "filesort" not in line, line

@@ -1,8 +1,9 @@
 """Scheduling: weighted fair share, group limits across executors, priorities, delays, wake-up.
 
-Start order is read from the rows: ``started_at`` is written by the claim,
-after the claim has taken its group locks, so it orders starts as the
-database decided them.
+Start order is what the children saw: the ``started_at`` each child reported
+for the job's first attempt. (The row's own ``started_at`` is the claim's
+time, shared by every job one claim leased; those jobs then start one after
+another, in the order the claim handed them out.)
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from concurrent.futures import wait
+from types import SimpleNamespace
 
 import pytest
 from sqlalchemy import event
@@ -27,9 +29,15 @@ def _wait_done(db, n: int, timeout: float = 60.0) -> None:
 
 
 def _starts(db) -> list:
-    """Job rows that started, in start order (rows claimed together keep their claim order by priority)."""
-    rows = [r for r in db.jobs() if r.started_at is not None and not r.batch]
-    return sorted(rows, key=lambda r: (r.started_at, -r.priority, r.id))
+    """Jobs that ran, in the order their children started them (``started_at``: the child's clock)."""
+    first: dict[int, float] = {}
+    for a in db.attempts():
+        if a.started_at is not None:
+            first[a.job_id] = min(first.get(a.job_id, a.started_at), a.started_at)
+    rows = [
+        SimpleNamespace(**{**r._mapping, "started_at": first[r.id]}) for r in db.jobs() if r.id in first and not r.batch
+    ]
+    return sorted(rows, key=lambda r: (r.started_at, r.id))
 
 
 @pytest.mark.parametrize("executors", [1, 2])

@@ -16,14 +16,17 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
-from sqlalchemy import Insert, Select, Table, event, insert, text
+from sqlalchemy import ColumnElement, Insert, Select, Table, TextClause, any_, bindparam, event, func, insert, text
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
+from . import schema
 from .errors import ConfigurationError
+
+_FINISH_CHUNK = 500  # rows per set-based finishing statement (3 parameters each)
 
 __all__ = ["Dialect", "resolve"]
 
@@ -71,6 +74,10 @@ class Dialect:
         """Lock the selected rows until the transaction ends (waiting if needed)."""
         return stmt.with_for_update()
 
+    def id_in(self, column: Any, ids: Select[Any]) -> ColumnElement[bool]:
+        """``column`` is one of the ids ``ids`` selects (for an UPDATE that claims them)."""
+        return column.in_(ids)
+
     @contextlib.contextmanager
     def schema_lock(self, conn: Connection, name: str) -> Iterator[None]:
         """Serialise schema creation between processes (inside ``conn``'s transaction)."""
@@ -79,6 +86,23 @@ class Dialect:
     def insert_ignore(self, table: Table) -> Insert:
         """An ``INSERT`` that silently skips rows whose primary key exists."""
         return insert(table).prefix_with("IGNORE")
+
+    def reserve_ids(self, conn: Connection, table: Table, n: int) -> list[int] | None:
+        """``n`` new ids for ``table``'s ``id`` column, ascending; None: let each INSERT return its id."""
+        return None
+
+    def insert_many(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> bool:
+        """Insert ``rows`` (same keys each) in one set-based statement; False: not here, use an executemany."""
+        return False
+
+    def finish_many(
+        self, conn: Connection, jobs: Table, rows: Sequence[tuple[int, int, bytes]], now: float
+    ) -> set[int] | None:
+        """Mark ``(id, attempt, result)`` done where the attempt still holds an active lease; ids done.
+
+        One set-based statement; None: not here (the store uses an executemany).
+        """
+        return None
 
     # -- notifications --------------------------------------------------------
 
@@ -101,7 +125,7 @@ class Dialect:
 
     explain_prefix: ClassVar[str] = "EXPLAIN "
 
-    def explain(self, conn: Connection, stmt: Select[Any]) -> list[str]:
+    def explain(self, conn: Connection, stmt: Any) -> list[str]:
         """The query plan of ``stmt``, one text line per plan row."""
         sql = str(stmt.compile(conn, compile_kwargs={"literal_binds": True}))
         return [" | ".join(str(v) for v in row) for row in conn.exec_driver_sql(self.explain_prefix + sql)]
@@ -202,6 +226,70 @@ class PostgreSQLDialect(Dialect):
 
         return pg_insert(table).on_conflict_do_nothing()
 
+    def id_in(self, column: Any, ids: Select[Any]) -> ColumnElement[bool]:
+        # id = ANY(ARRAY(subquery)): the subquery runs once and the update finds
+        # its rows through the primary key. With IN (subquery) the planner may
+        # hash-join against a sequential scan of the whole table.
+        return column == any_(func.array(ids.scalar_subquery()))
+
+    def __init__(self, url: URL) -> None:
+        super().__init__(url)
+        self._sequences: dict[str, str] = {}
+        self._statements: dict[tuple[Any, ...], TextClause] = {}
+
+    # Set-based writes: one statement whose parameters are arrays, unnested on
+    # the server. Pipelined or not, one statement per row costs the server
+    # (and psycopg) several times more than one statement for the batch.
+
+    def _unnest(self, conn: Connection, table: Table, columns: Sequence[str]) -> str:
+        types = [table.c[c].type.compile(dialect=conn.dialect) for c in columns]
+        return ", ".join(f"CAST(:a{i} AS {t}[])" for i, t in enumerate(types))
+
+    def insert_many(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> bool:
+        columns = list(rows[0])
+        key = ("insert", table.name, tuple(columns))
+        stmt = self._statements.get(key)
+        if stmt is None:
+            quote = conn.dialect.identifier_preparer.quote
+            names = ", ".join(quote(c) for c in columns)
+            stmt = text(
+                f"INSERT INTO {quote(table.name)} ({names}) SELECT * FROM unnest({self._unnest(conn, table, columns)})"
+            )
+            self._statements[key] = stmt
+        conn.execute(stmt, {f"a{i}": [row[c] for row in rows] for i, c in enumerate(columns)})
+        return True
+
+    def finish_many(
+        self, conn: Connection, jobs: Table, rows: Sequence[tuple[int, int, bytes]], now: float
+    ) -> set[int] | None:
+        key = ("finish", jobs.name)
+        stmt = self._statements.get(key)
+        if stmt is None:
+            quote = conn.dialect.identifier_preparer.quote
+            active = ", ".join(f"'{s}'" for s in schema.ACTIVE_STATES)
+            stmt = text(
+                f"UPDATE {quote(jobs.name)} AS j SET state = '{schema.DONE}', result = u.result, error = NULL, "
+                "finished_at = :now, lease_owner = NULL, lease_expires = NULL "
+                f"FROM unnest({self._unnest(conn, jobs, ['id', 'attempt', 'result'])}) AS u(id, attempt, result) "
+                f"WHERE j.id = u.id AND j.attempt = u.attempt AND j.state IN ({active}) RETURNING j.id"
+            )
+            self._statements[key] = stmt
+        params = {"a0": [r[0] for r in rows], "a1": [r[1] for r in rows], "a2": [r[2] for r in rows], "now": now}
+        return {int(i) for i in conn.execute(stmt, params).scalars()}
+
+    def reserve_ids(self, conn: Connection, table: Table, n: int) -> list[int] | None:
+        # One round trip for the ids, then a plain executemany (psycopg pipelines
+        # it with one short, prepared statement): a multi-row INSERT ... RETURNING
+        # makes psycopg parse a new long query text on every call.
+        seq = self._sequences.get(table.name)
+        if seq is None:
+            seq = conn.execute(text("SELECT pg_get_serial_sequence(:t, 'id')"), {"t": table.name}).scalar_one()
+            self._sequences[table.name] = seq
+        got = conn.execute(
+            text("SELECT nextval(CAST(:s AS regclass)) FROM generate_series(1, :n)"), {"s": seq, "n": n}
+        ).scalars()
+        return sorted(int(i) for i in got)
+
     supports_notify = True
 
     def notify(self, conn: Connection, channel: str, payload: str) -> None:
@@ -242,6 +330,41 @@ class MySQLDialect(Dialect):
         # finalize sees rows committed since the transaction began, as on
         # PostgreSQL, instead of REPEATABLE READ's start-of-transaction snapshot.
         return {**super().engine_options(), "isolation_level": "READ COMMITTED", "pool_recycle": 3600}
+
+    def finish_many(
+        self, conn: Connection, jobs: Table, rows: Sequence[tuple[int, int, bytes]], now: float
+    ) -> set[int] | None:
+        # PyMySQL runs an UPDATE executemany as one round trip per row: join
+        # the rows in as a derived table instead, one statement per chunk.
+        won: set[int] = set()
+        quote = conn.dialect.identifier_preparer.quote
+        active = ", ".join(f"'{s}'" for s in schema.ACTIVE_STATES)
+        for start in range(0, len(rows), _FINISH_CHUNK):
+            part = rows[start : start + _FINISH_CHUNK]
+            derived = " UNION ALL ".join(
+                f"SELECT :i{n} AS id, :a{n} AS attempt, :r{n} AS result" for n in range(len(part))
+            )
+            stmt = text(
+                f"UPDATE {quote(jobs.name)} AS j JOIN ({derived}) AS u ON j.id = u.id AND j.attempt = u.attempt "
+                f"SET j.state = '{schema.DONE}', j.result = u.result, j.error = NULL, j.finished_at = :now, "
+                f"j.lease_owner = NULL, j.lease_expires = NULL WHERE j.state IN ({active})"
+            )
+            params: dict[str, Any] = {"now": now}
+            for n, (job_id, attempt, blob) in enumerate(part):
+                params.update({f"i{n}": job_id, f"a{n}": attempt, f"r{n}": blob})
+            if conn.execute(stmt, params).rowcount == len(part):
+                won.update(r[0] for r in part)
+                continue
+            # Some lease was lost: the token tells which rows this statement finalized.
+            mine = {(r[0], r[1]) for r in part}
+            found = conn.execute(
+                text(f"SELECT id, attempt FROM {quote(jobs.name)} WHERE state = '{schema.DONE}' AND id IN :ids").bindparams(
+                    bindparam("ids", expanding=True)
+                ),
+                {"ids": [r[0] for r in part]},
+            ).all()
+            won.update(int(i) for i, a in found if (int(i), a) in mine)
+        return won
 
     def check_server(self, conn: Connection) -> None:
         dialect = conn.dialect

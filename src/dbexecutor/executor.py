@@ -43,6 +43,11 @@ def _run_chunk(fn: Callable[..., Any], chunk: Sequence[tuple[Any, ...]]) -> list
     return [fn(*args) for args in chunk]
 
 
+def _ended_badly(fut: Future[Any]) -> bool:
+    """Whether ``fut`` is already cancelled or failed (without waiting)."""
+    return fut.done() and (fut.cancelled() or fut.exception(0) is not None)
+
+
 @dataclass(frozen=True)
 class JobOptions:
     """Per-job options, stored on the row.
@@ -231,7 +236,13 @@ class DBExecutor(Executor):
       unpickle anything unsigned or altered (default ``$DBEXECUTOR_SECRET``);
     - ``run_jobs``: ``False`` makes a submit-only executor that never claims a
       job: standalone workers (``dbexecutor worker``) run them, and the futures
-      resolve when the rows say the jobs finished.
+      resolve when the rows say the jobs finished;
+    - ``durable_submit``: ``True`` makes ``submit`` return only once its row is
+      committed. By default ``submit`` queues the row and returns at once; the
+      scheduler commits everything queued in one transaction, within about one
+      commit's time (it also claims in that transaction). If this process
+      dies in that window, the jobs it had just submitted are not stored.
+      :meth:`flush` (and reading a future's ``job_id``) write the queue now.
 
     Jobs run at least once: a job whose executor or child died mid-run runs
     again, but its row is finalized exactly once.
@@ -256,6 +267,7 @@ class DBExecutor(Executor):
         retention: float | timedelta | None = None,
         secret: str | bytes | None = None,
         run_jobs: bool = True,
+        durable_submit: bool = False,
     ) -> None:
         if max_workers is None:
             max_workers = _default_workers()
@@ -298,6 +310,7 @@ class DBExecutor(Executor):
         )
         self._scheduler = Scheduler(self._store, self._store.url.render_as_string(hide_password=False), settings)
         self._max_workers = max_workers
+        self._durable_submit = durable_submit
         # Dropping the last reference shuts the executor down, as ProcessPoolExecutor does.
         weakref.finalize(self, self._scheduler.request_shutdown)
 
@@ -322,6 +335,7 @@ class DBExecutor(Executor):
         """
         if (job_id is None) == (key is None):
             raise TypeError("give exactly one of job_id or key")
+        self.flush()
         if key is not None:
             job_id = self._store.job_id_for_key(key)
             if job_id is None:
@@ -388,9 +402,19 @@ class DBExecutor(Executor):
 
     def futures(self) -> list[JobFuture[Any]]:
         """Futures of every unfinished job in the database, oldest first."""
+        self.flush()
         return [self.future(job_id) for job_id in self._store.unfinished()]
 
     # -- submit ---------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Commit every job submitted so far that is not stored yet; return when they are.
+
+        ``submit`` queues its row and returns; the scheduler commits the queue
+        within about one commit's time. Call this before telling the outside
+        world a job exists (or use ``durable_submit=True``).
+        """
+        self._scheduler.flush()
 
     def options(self, **options: Any) -> Submitter:
         """Per-job options for the next ``submit`` / ``map``: ``ex.options(timeout=60, group="io").submit(...)``.
@@ -441,20 +465,28 @@ class DBExecutor(Executor):
         opts: JobOptions,
         now: float,
         fn_name: str | None = None,
+        upstream: list[Future[Any]] | None = None,
     ) -> NewJob | JobFuture[Any]:
-        """The row for one call, or a future already failed with the pickling error."""
+        """The row for one call, or a future already failed with the pickling error.
+
+        ``upstream`` (if given) collects the dependency futures.
+        """
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
         deps: list[int] = []
+        found = upstream if upstream is not None else []
 
         def to_ref(x: Any) -> Any:
             if isinstance(x, Future):
                 deps.append(self._dependency(x))
+                found.append(x)
                 return serialization.JobRef(deps[-1])
             return x
 
         args, kwargs = serialization.map_arguments(args, kwargs, to_ref)
-        deps += [self._dependency(f) for f in after]
+        for f in after:
+            deps.append(self._dependency(f))
+            found.append(f)
         try:
             payload = serialization.dump_payload(fn, args, kwargs, self._store.signer)
         except Exception as error:
@@ -487,9 +519,25 @@ class DBExecutor(Executor):
     ) -> JobFuture[Any]:
         self._check_open()
         now = time.time()
-        job = self._prepare(fn, args, kwargs, after, opts, now)
+        upstream: list[Future[Any]] = []
+        job = self._prepare(fn, args, kwargs, after, opts, now, upstream=upstream)
         if isinstance(job, JobFuture):
             return job
+        if job.key is None:
+            # The next scheduler tick writes it, with every other submit since
+            # the last commit, in the transaction that also claims work.
+            fut: JobFuture[Any] = JobFuture(None, self._scheduler.cancel_job, self._store.identity)  # type: ignore[arg-type]
+            self._scheduler.enqueue(job, fut)
+            if job.run_after is not None:
+                self._scheduler.due(job.run_after)
+            # Below a job known to have failed or been cancelled, the new job
+            # is final on arrival: write it now, so its future says so at once.
+            if self._durable_submit or any(_ended_badly(f) for f in upstream):
+                self._scheduler.flush()
+            return fut
+        # A key is looked up first (it may name an existing job, whose future
+        # this returns): written now, after the submits queued before it.
+        self._scheduler.flush()
         # Inserting and registering under the scheduler's lock: the loop may
         # claim and finish the job at once, and must find its future.
         with self._scheduler.lock:
@@ -502,6 +550,7 @@ class DBExecutor(Executor):
 
     def _submit_many(self, jobs: list[NewJob | JobFuture[Any]], now: float) -> list[JobFuture[Any]]:
         """Insert many dependency-free rows with few commits (``map``); futures in input order."""
+        self._scheduler.flush()  # ids follow submission order
         rows = [j for j in jobs if isinstance(j, NewJob)]
         with self._scheduler.lock:
             inserted = self._store.insert_jobs(rows, now)

@@ -28,21 +28,45 @@ class JobFuture(Future, Generic[T]):  # type: ignore[type-arg]
 
     def __init__(self, job_id: int, canceller: Callable[[int], bool] | None = None, identity: Any = None) -> None:
         super().__init__()
-        #: The id of the job's row in the ``jobs`` table.
-        self.job_id: int = job_id
+        self._job_id: int | None = job_id
+        # Set while the job waits to be written with the next commit of
+        # submits: reading ``job_id`` then writes it first.
+        self._flusher: Callable[[], None] | None = None
         self._canceller = canceller
         # Which database and prefix the job lives in: a future is a valid
         # dependency only for executors on the same tables.
         self._identity = identity
+
+    @property
+    def job_id(self) -> int:
+        """The id of the job's row in the ``jobs`` table.
+
+        A job submitted a moment ago may not be written yet (submits are
+        committed in groups); reading its id writes it first. ``None`` for a
+        call that was never stored (it could not be pickled).
+        """
+        while self._job_id is None and self._flusher is not None:
+            self._flusher()
+        return self._job_id  # type: ignore[return-value]
+
+    @job_id.setter
+    def job_id(self, value: int) -> None:
+        self._job_id = value
+        self._flusher = None
+
+    @property
+    def stored(self) -> bool:
+        """True once the job's row is committed (``submit`` may return a moment before)."""
+        return self._job_id is not None
 
     def __repr__(self) -> str:
         with self._condition:
             state = self._state.lower()
             if self._state == FINISHED:
                 if self._exception is not None:
-                    return f"<JobFuture job_id={self.job_id} state={state} raised {type(self._exception).__name__}>"
-                return f"<JobFuture job_id={self.job_id} state={state} returned {type(self._result).__name__}>"
-            return f"<JobFuture job_id={self.job_id} state={state}>"
+                    return f"<JobFuture job_id={self._job_id} state={state} raised {type(self._exception).__name__}>"
+                return f"<JobFuture job_id={self._job_id} state={state} returned {type(self._result).__name__}>"
+            return f"<JobFuture job_id={self._job_id} state={state}>"
 
     def cancel(self) -> bool:
         """Cancel the job if it has not started; True if it is (now) cancelled."""
@@ -72,7 +96,7 @@ class JobFuture(Future, Generic[T]):  # type: ignore[type-arg]
             except RuntimeError:
                 pass  # notified meanwhile by another thread
         elif state == RUNNING:
-            self._set_exception_quietly(CancelledError(f"job {self.job_id} was cancelled"))
+            self._set_exception_quietly(CancelledError(f"job {self._job_id} was cancelled"))
 
     def _set_result_quietly(self, value: Any) -> None:
         try:
@@ -97,7 +121,7 @@ class JobFuture(Future, Generic[T]):  # type: ignore[type-arg]
                 self._set_result_quietly(value)
         elif state == schema.FAILED:
             self._set_exception_quietly(
-                serialization.load_exception(blob) if blob else RuntimeError(f"job {self.job_id} failed")
+                serialization.load_exception(blob) if blob else RuntimeError(f"job {self._job_id} failed")
             )
         elif state == schema.CANCELLED:
             self._cancel_local()

@@ -34,12 +34,14 @@ from . import schema, serialization
 from .errors import JobTimeoutError, PayloadRejected, WorkerDied
 from .future import JobFuture
 from .pool import Assignment, Child, describe_exit, kill_tree, start_child
-from .store import Claimed, Final, Report, Store, worker_name
+from .store import Claimed, Final, NewJob, Report, Store, Submitted, worker_name
 
 log = logging.getLogger("dbexecutor")
 
 _IN_POLL = 500  # ids checked per remote poll
-_PREFETCH_BELOW = 0.05  # seconds: average run time under which a child gets a second job queued
+_PREFETCH_BELOW = 0.05  # seconds: average run time under which a child gets more jobs queued
+_PREFETCH_WORK = 0.05  # seconds of (short) work a child may hold queued behind its running job
+_PREFETCH_MAX = 128  # at most this many jobs per child
 _RETENTION_BATCH = 500  # jobs deleted per retention transaction
 
 
@@ -118,6 +120,11 @@ class Scheduler:
         self._work_hint = False  # a submit or a notification says ready work is there: claim without probing
         self._next_retention = 0.0
         self._abandon = False  # stop_now(): kill the children and give their jobs back
+        # Submits not yet written: the next tick inserts them in its own
+        # transaction (one commit for a burst, and the claim can take them at
+        # once); a reader of a pending future's job_id writes them earlier.
+        self._pending: list[tuple[NewJob, JobFuture[Any]]] = []
+        self._flush_lock = threading.RLock()  # one writer of pending rows at a time, so ids follow submission order
         self._thread = threading.Thread(target=self._run, name="dbexecutor-scheduler", daemon=True)
         _live.add(self)
         self._thread.start()
@@ -150,6 +157,94 @@ class Scheduler:
         with self.lock:
             heapq.heappush(self._dues, when)
         self.wake()
+
+    def enqueue(self, job: NewJob, fut: JobFuture[Any]) -> None:
+        """Queue a submitted job for the next commit of submits; ``fut`` gets its id then."""
+        fut._flusher = self.flush
+        with self.lock:
+            if self._shutdown:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            self._pending.append((job, fut))
+        self.wake(work=True)
+
+    def flush(self) -> None:
+        """Write every queued submit now, in the caller's thread (one transaction).
+
+        Raises what the database raised if it cannot be reached (the jobs stay
+        queued); a row the database refuses fails that job's future instead.
+        """
+        with self._flush_lock:
+            with self.lock:
+                items, self._pending = self._pending, []
+            if not items:
+                return
+            # Under the loop's lock from insert to tracking: the loop may claim
+            # and finish a job at once, and must find its future.
+            with self.lock:
+                try:
+                    rows = self.store.insert_jobs([job for job, _ in items], time.time())
+                except (DBAPIError, ValueError) as error:
+                    if not self._refused(error):
+                        self._requeue(items)
+                        raise
+                    rows = None
+                if rows is not None:
+                    self._stored(items, rows)
+            if rows is None:
+                self._insert_one_by_one(items)
+            else:
+                self._settle(rows)
+        self.wake(work=True)
+
+    def _refused(self, error: Exception) -> bool:
+        """Whether the database refused these rows (so retrying them as they are cannot help)."""
+        # ValueError: a dependency that no longer exists (purged since it was submitted).
+        return isinstance(error, ValueError) or (isinstance(error, DBAPIError) and not self.store.retry_later(error))
+
+    def _requeue(self, items: list[tuple[NewJob, JobFuture[Any]]]) -> None:
+        with self.lock:
+            self._pending[:0] = items
+
+    def _stored(self, items: Sequence[tuple[NewJob, JobFuture[Any]]], rows: Sequence[Submitted]) -> None:
+        """Give written jobs their ids and track their futures. Hold ``lock``."""
+        for (_, fut), row in zip(items, rows):
+            fut.job_id = row.job_id
+            fut._canceller = self.cancel_job
+            self.track(row.job_id, outstanding=row.state not in schema.FINAL_STATES, future=fut)
+
+    def _settle(self, rows: Sequence[Submitted]) -> None:
+        """Resolve the futures of rows that were final on arrival (a failed or cancelled upstream)."""
+        for row in rows:
+            if row.state in schema.FINAL_STATES:
+                self.resolve(Final(row.job_id, row.state, row.result))
+
+    def _insert_one_by_one(self, items: list[tuple[NewJob, JobFuture[Any]]]) -> None:
+        """The database refused a group of rows: write them singly, and fail the futures of those it refuses."""
+        for n, (job, fut) in enumerate(items):
+            with self.lock:
+                try:
+                    rows = self.store.insert_jobs([job], time.time())
+                except (DBAPIError, ValueError) as error:
+                    if not self._refused(error):
+                        self._requeue(items[n:])
+                        raise
+                    log.error("a %s job could not be stored: %s", job.fn_name, error if isinstance(error, ValueError) else _short(error))
+                    fut._flusher = None
+                    fut._set_exception_quietly(error)
+                    continue
+                self._stored([(job, fut)], rows)
+            self._settle(rows)
+
+    def _drop_pending(self, error: BaseException | None) -> None:
+        """Never write the queued submits: cancel their futures (``error``: fail them with it)."""
+        with self.lock:
+            items, self._pending = self._pending, []
+        for _, fut in items:
+            fut._flusher = None
+            if error is None:
+                fut._cancel_local()
+            else:
+                fut._set_exception_quietly(error)
 
     def _on_notify(self, payload: str | None) -> None:
         """Called by the LISTEN thread: ``sender \t flags \t ids`` (None: anything may have happened)."""
@@ -210,6 +305,9 @@ class Scheduler:
         """Cancel the jobs that have not started, with everything downstream; return the ids cancelled."""
         if not job_ids:
             return set()
+        # Queued submits may depend on these jobs: store them first, so the
+        # cancellation reaches them now rather than when they are written.
+        self.flush()
         finals = self.store.cancel(job_ids, time.time())
         for final in finals:
             self.resolve(final)
@@ -219,9 +317,18 @@ class Scheduler:
         """Stop taking new work; the loop ends once this process's jobs are finished."""
         with self.lock:
             self._shutdown = True
-            pending = sorted(self._outstanding) if cancel_futures else []
-        if pending:
-            self.cancel_jobs(pending)
+        if cancel_futures:
+            # Queued submits are written first, so that every cancelled job
+            # has its row (state cancelled) like the ones already stored.
+            try:
+                self.flush()
+            except DBAPIError as error:
+                log.warning("could not store the queued jobs before cancelling them (%s)", _short(error))
+            self._drop_pending(None)
+            with self.lock:
+                pending = sorted(self._outstanding)
+            if pending:
+                self.cancel_jobs(pending)
         self.wake()
 
     def stop_now(self) -> None:
@@ -271,7 +378,7 @@ class Scheduler:
         with self.lock:
             if not self._shutdown and self.broken is None:
                 return False
-            if self.broken is None and self._outstanding:
+            if self.broken is None and (self._outstanding or self._pending):
                 return False
         return not self._reports and not any(c.busy for c in self._children)
 
@@ -481,7 +588,12 @@ class Scheduler:
 
     def _capacity(self, c: Child | None) -> int:
         """How many jobs a child (or a child yet to start) may hold: one, or two for short jobs."""
-        depth = 2 if self._results_seen >= 4 and self._avg_run < _PREFETCH_BELOW else 1
+        depth = 1
+        if self._results_seen >= 4 and self._avg_run < _PREFETCH_BELOW:
+            # Short jobs: queue a few (up to ~_PREFETCH_WORK seconds of them)
+            # so the child never waits for a round trip, and one transaction
+            # finishes and claims many.
+            depth = max(2, min(_PREFETCH_MAX, int(_PREFETCH_WORK / max(self._avg_run, 1e-6))))
         if self.s.max_tasks_per_child:
             done = c.tasks if c is not None else 0
             depth = min(depth, self.s.max_tasks_per_child - done)
@@ -497,23 +609,44 @@ class Scheduler:
         return free + (self.s.max_workers - len(self._children)) * self._capacity(None)
 
     def _finish_and_claim(self) -> None:
-        """Write the collected reports and claim work for free slots, in one transaction."""
-        limit = self._free_slots()
-        now = time.time()
-        if self._reports:
-            done, claimed = self.store.finish_and_claim(self._reports, self.owner, limit, self.s.lease_ttl, now)
-            self._reports = []
+        """Write queued submits and collected reports, and claim work for free slots: one transaction."""
+        with self._flush_lock:
+            limit = self._free_slots()
+            now = time.time()
+            with self.lock:
+                items, self._pending = self._pending, []
+            if not (items or self._reports or limit > 0):
+                return
+            if not items and not self._reports:
+                hint, self._work_hint = self._work_hint, False
+                inserted: list[Submitted] = []
+                claimed = self.store.claim(self.owner, limit, self.s.lease_ttl, now, probe=not hint)
+                done = None
+            else:
+                try:
+                    inserted, done, claimed = self.store.finish_and_claim(
+                        self._reports, self.owner, limit, self.s.lease_ttl, now, [job for job, _ in items]
+                    )
+                except (DBAPIError, ValueError) as error:
+                    self._requeue(items)
+                    if not items or not self._refused(error):
+                        raise
+                    # A row the database refuses must not hold up the rest: write them singly.
+                    with self.lock:
+                        items, self._pending = self._pending, []
+                    self._insert_one_by_one(items)
+                    return
+                self._reports = []
+                with self.lock:
+                    self._stored(items, inserted)
+        self._settle(inserted)
+        if done is not None:
             for jid in done.lost:
                 log.warning("job %d: this attempt lost its lease (reclaimed elsewhere); its outcome was discarded", jid)
             for jid in done.retried:
                 log.info("job %d failed and will be retried", jid)
             for final in done.finals:
                 self.resolve(final)
-        elif limit > 0:
-            hint, self._work_hint = self._work_hint, False
-            claimed = self.store.claim(self.owner, limit, self.s.lease_ttl, now, probe=not hint)
-        else:
-            return
         for job in claimed:
             self._dispatch(self._pick_child(), job)
 
@@ -598,6 +731,7 @@ class Scheduler:
         for fut in futures:
             if fut is not None:
                 fut._set_exception_quietly(BrokenProcessPool(reason))
+        self._drop_pending(BrokenProcessPool(reason))
 
     def _stop_children(self) -> None:
         for c in self._children:

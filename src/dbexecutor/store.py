@@ -41,7 +41,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.engine import Engine
-from sqlalchemy.exc import DBAPIError, IntegrityError, NoSuchModuleError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, NoSuchModuleError, OperationalError
 
 from . import schema, serialization
 from .dialects import Dialect, resolve
@@ -242,6 +242,10 @@ class Store:
                 delay = min(delay * 2, 1.0)
         raise AssertionError("unreachable")
 
+    def retry_later(self, error: DBAPIError) -> bool:
+        """Whether ``error`` is the database's state (down, busy, restarting) rather than a refused row."""
+        return isinstance(error, (OperationalError, InterfaceError)) or self.dialect.is_transient(error)
+
     # -- schema ---------------------------------------------------------------
 
     def ensure_schema(self) -> None:
@@ -359,7 +363,6 @@ class Store:
         edges" and leave this job waiting forever. A batch (``job.batch``)
         whose children have all finished is rolled up at once.
         """
-        j = self.tables.jobs
         groups: dict[str, int | None] = {}
 
         def work(conn: Connection) -> Submitted:
@@ -369,50 +372,9 @@ class Store:
                 if found is not None:
                     return found
             groups = self._ensure_groups(conn, [job])
-            state, result, error, finished = schema.READY, None, None, None
-            open_deps = 0
-            if job.deps:
-                stmt = select(j.c.id, j.c.state, j.c.result, j.c.finished_at).where(j.c.id.in_(job.deps)).order_by(j.c.id)
-                rows = conn.execute(self.dialect.for_update(stmt)).all()
-                missing = set(job.deps) - {r.id for r in rows}
-                if missing:
-                    raise ValueError(f"dependency job(s) {sorted(missing)} do not exist in this database")
-                # The first failure (in time) decides, as when it happens later.
-                for r in sorted(rows, key=lambda r: (r.state != schema.FAILED, r.finished_at or 0.0, r.id)):
-                    if r.state == schema.FAILED:
-                        state, finished = schema.FAILED, now
-                        if job.batch:
-                            result, error = r.result, f"batch child job {r.id} failed"
-                        else:
-                            result = serialization.dependency_failure(r.id, r.result, self.signer)
-                            error = f"DependencyFailed: upstream job {r.id} failed"
-                        break
-                if state == schema.READY and any(r.state == schema.CANCELLED for r in rows):
-                    state, finished = schema.CANCELLED, now
-                open_deps = sum(r.state != schema.DONE for r in rows)
-                if state == schema.READY and open_deps:
-                    state = schema.WAITING
-            # A batch is never ready: with every child already done it is rolled up below.
-            roll_up_now = job.batch and state == schema.READY
-            if roll_up_now:
-                state = schema.WAITING
-            row = self._row(job, state, now, open_deps)
-            row.update(result=result, error=error, finished_at=finished)
-            job_id = self._insert_one(conn, row)
-            if job.deps:
-                conn.execute(
-                    insert(self.tables.deps),
-                    [
-                        {"job_id": job_id, "depends_on_id": d, "position": i if job.batch else None}
-                        for i, d in enumerate(job.deps)
-                    ],
-                )
-            if roll_up_now:
-                final = self._roll_up(conn, [job_id], now)[0]
-                state, result = final.state, final.result
-            runnable = state == schema.READY and (job.run_after is None or job.run_after <= now)
-            self._notify(conn, ready=runnable, finished=[job_id] if state in schema.FINAL_STATES else ())
-            return Submitted(int(job_id), state, result)
+            out = self._insert_with_deps(conn, job, now)
+            self._notify(conn, ready=self._runnable_row(job, out, now), finished=[out.job_id] if out.state in schema.FINAL_STATES else ())
+            return out
 
         try:
             out = self._txn(work)
@@ -427,30 +389,121 @@ class Store:
         self._groups_done(groups)
         return out
 
+    @staticmethod
+    def _runnable_row(job: NewJob, out: Submitted, now: float) -> bool:
+        return out.state == schema.READY and (job.run_after is None or job.run_after <= now)
+
+    def _insert_with_deps(self, conn: Connection, job: NewJob, now: float) -> Submitted:
+        """Insert one job (no key lookup) with its edges, in the caller's transaction."""
+        j = self.tables.jobs
+        state, result, error, finished = schema.READY, None, None, None
+        open_deps = 0
+        if job.deps:
+            stmt = select(j.c.id, j.c.state, j.c.result, j.c.finished_at).where(j.c.id.in_(job.deps)).order_by(j.c.id)
+            rows = conn.execute(self.dialect.for_update(stmt)).all()
+            missing = set(job.deps) - {r.id for r in rows}
+            if missing:
+                raise ValueError(f"dependency job(s) {sorted(missing)} do not exist in this database")
+            # The first failure (in time) decides, as when it happens later.
+            for r in sorted(rows, key=lambda r: (r.state != schema.FAILED, r.finished_at or 0.0, r.id)):
+                if r.state == schema.FAILED:
+                    state, finished = schema.FAILED, now
+                    if job.batch:
+                        result, error = r.result, f"batch child job {r.id} failed"
+                    else:
+                        result = serialization.dependency_failure(r.id, r.result, self.signer)
+                        error = f"DependencyFailed: upstream job {r.id} failed"
+                    break
+            if state == schema.READY and any(r.state == schema.CANCELLED for r in rows):
+                state, finished = schema.CANCELLED, now
+            open_deps = sum(r.state != schema.DONE for r in rows)
+            if state == schema.READY and open_deps:
+                state = schema.WAITING
+        # A batch is never ready: with every child already done it is rolled up below.
+        roll_up_now = job.batch and state == schema.READY
+        if roll_up_now:
+            state = schema.WAITING
+        row = self._row(job, state, now, open_deps)
+        row.update(result=result, error=error, finished_at=finished)
+        job_id = self._insert_one(conn, row)
+        if job.deps:
+            conn.execute(
+                insert(self.tables.deps),
+                [
+                    {"job_id": job_id, "depends_on_id": d, "position": i if job.batch else None}
+                    for i, d in enumerate(job.deps)
+                ],
+            )
+        if roll_up_now:
+            final = self._roll_up(conn, [job_id], now)[0]
+            state, result = final.state, final.result
+        return Submitted(int(job_id), state, result)
+
     def insert_jobs(self, jobs: Sequence[NewJob], now: float) -> list[Submitted]:
-        """Insert many rows without dependencies or keys in one transaction; ids in input order."""
-        if any(job.deps or job.key is not None or job.batch for job in jobs):
-            raise ValueError("insert_jobs takes jobs without dependencies or keys; use insert_job")
+        """Insert many rows without keys in one transaction; rows in input order."""
         if not jobs:
             return []
-        j = self.tables.jobs
-        rows = [self._row(job, schema.READY, now) for job in jobs]
         groups: dict[str, int | None] = {}
 
         def work(conn: Connection) -> list[Submitted]:
             nonlocal groups
             groups = self._ensure_groups(conn, jobs)
-            if getattr(self.engine.dialect, "insert_executemany_returning_sort_by_parameter_order", False):
-                stmt = insert(j).returning(j.c.id, sort_by_parameter_order=True)
-                ids = [int(i) for i in conn.execute(stmt, rows).scalars()]
-            else:  # no RETURNING with executemany (MySQL): one statement per row, still one commit
-                ids = [self._insert_one(conn, row) for row in rows]
-            self._notify(conn, ready=any(job.run_after is None or job.run_after <= now for job in jobs))
-            return [Submitted(i, schema.READY) for i in ids]
+            out = self._insert_many(conn, jobs, now)
+            self._notify_inserted(conn, jobs, out, now)
+            return out
 
         out = self._txn(work)
         self._groups_done(groups)
         return out
+
+    def _notify_inserted(self, conn: Connection, jobs: Sequence[NewJob], rows: Sequence[Submitted], now: float) -> None:
+        self._notify(
+            conn,
+            ready=any(self._runnable_row(job, row, now) for job, row in zip(jobs, rows)),
+            finished=[r.job_id for r in rows if r.state in schema.FINAL_STATES],
+        )
+
+    def _insert_many(self, conn: Connection, jobs: Sequence[NewJob], now: float) -> list[Submitted]:
+        """Insert ``jobs`` (no keys) in the caller's transaction, ids in input order.
+
+        Runs of jobs without dependencies go in as one multi-row statement where
+        the driver returns ids in order; the others one by one, their upstream
+        rows locked (see :meth:`insert_job`).
+        """
+        if any(job.key is not None for job in jobs):
+            raise ValueError("keyed jobs go through insert_job, which looks the key up first")
+        j = self.tables.jobs
+        bulk = getattr(self.engine.dialect, "insert_executemany_returning_sort_by_parameter_order", False)
+        out: list[Submitted] = []
+        i = 0
+        while i < len(jobs):
+            if jobs[i].deps or jobs[i].batch:
+                out.append(self._insert_with_deps(conn, jobs[i], now))
+                i += 1
+                continue
+            end = i
+            while end < len(jobs) and not (jobs[end].deps or jobs[end].batch):
+                end += 1
+            rows = [self._row(job, schema.READY, now) for job in jobs[i:end]]
+            reserved = self.dialect.reserve_ids(conn, j, len(rows)) if len(rows) > 1 else None
+            if reserved is not None:
+                for row, job_id in zip(rows, reserved):
+                    row["id"] = job_id
+                self._insert_rows(conn, j, rows)
+                ids = reserved
+            elif bulk and len(rows) > 1:
+                stmt = insert(j).returning(j.c.id, sort_by_parameter_order=True)
+                ids = [int(x) for x in conn.execute(stmt, rows).scalars()]
+            else:  # no RETURNING with executemany (MySQL): one statement per row, still one commit
+                ids = [self._insert_one(conn, row) for row in rows]
+            out += [Submitted(x, schema.READY) for x in ids]
+            i = end
+        return out
+
+    def _insert_rows(self, conn: Connection, table: Any, rows: list[dict[str, Any]]) -> None:
+        """Insert ``rows`` (same keys each): set-based where the dialect can, else an executemany."""
+        if rows and not self.dialect.insert_many(conn, table, rows):
+            conn.execute(insert(table), rows)
 
     def _insert_one(self, conn: Connection, row: dict[str, Any]) -> int:
         key = conn.execute(insert(self.tables.jobs), row).inserted_primary_key
@@ -498,17 +551,41 @@ class Store:
         return self._txn(lambda conn: self._claim(conn, owner, limit, ttl, now))
 
     def finish_and_claim(
-        self, reports: Sequence[Report], owner: str, limit: int, ttl: float, now: float
-    ) -> tuple[Finished, list[Claimed]]:
-        """Record how a batch of attempts ended, then :meth:`claim`: one commit per scheduler tick."""
+        self,
+        reports: Sequence[Report],
+        owner: str,
+        limit: int,
+        ttl: float,
+        now: float,
+        new: Sequence[NewJob] = (),
+    ) -> tuple[list[Submitted], Finished, list[Claimed]]:
+        """One scheduler tick in one commit: insert ``new`` jobs, record how attempts ended, then claim.
 
-        def work(conn: Connection) -> tuple[Finished, list[Claimed]]:
-            done = self._finish(conn, reports, now)
+        The new rows are inserted first, so the claim can lease them at once:
+        a job submitted to an idle executor starts after a single commit.
+        """
+        groups: dict[str, int | None] = {}
+
+        def work(conn: Connection) -> tuple[list[Submitted], Finished, list[Claimed]]:
+            nonlocal groups
+            inserted: list[Submitted] = []
+            if new:
+                groups = self._ensure_groups(conn, new)
+                inserted = self._insert_many(conn, new, now)
+            done = self._finish(conn, reports, now) if reports else Finished([], [], [])
             claimed = self._claim(conn, owner, limit, ttl, now) if limit > 0 else []
-            self._notify(conn, ready=bool(done.released or done.retried), finished=[f.job_id for f in done.finals])
-            return done, claimed
+            # New rows this transaction claimed itself are nobody else's news.
+            taken = {c.job_id for c in claimed}
+            ready = bool(done.released or done.retried) or any(
+                self._runnable_row(job, row, now) and row.job_id not in taken for job, row in zip(new, inserted)
+            )
+            finished = [f.job_id for f in done.finals] + [r.job_id for r in inserted if r.state in schema.FINAL_STATES]
+            self._notify(conn, ready=ready, finished=finished)
+            return inserted, done, claimed
 
-        return self._txn(work)
+        out = self._txn(work)
+        self._groups_done(groups)
+        return out
 
     def _runnable(self, now: float) -> Any:
         j = self.tables.jobs
@@ -537,17 +614,20 @@ class Store:
     def explain_claim(self, limit: int = 4) -> dict[str, list[str]]:
         """The database's plans for the claim's two reads, one line per plan row (for tests and tuning).
 
-        ``groups``: which groups have runnable work; ``claim``: one group's best rows.
+        ``groups``: which groups have runnable work; ``claim``: one group's best
+        rows; ``lease``: the UPDATE that leases them (not run: only explained).
         """
         now = time.time()
+        ids = None if self.engine.dialect.update_returning else list(range(1, limit + 1))
 
         def work(conn: Connection) -> dict[str, list[str]]:
             return {
                 "groups": self.dialect.explain(conn, self._groups_select(now)),
                 "claim": self.dialect.explain(conn, self._claim_select(schema.DEFAULT_GROUP, limit, now)),
+                "lease": self.dialect.explain(conn, self._lease(schema.DEFAULT_GROUP, limit, "explain", 1.0, now, ids)),
             }
 
-        return self._txn(work, read_only=True)
+        return self._txn(work)
 
     def _claim(self, conn: Connection, owner: str, limit: int, ttl: float, now: float) -> list[Claimed]:
         """Weighted fair share by stride scheduling, with per-group limits, shared by every process.
@@ -606,6 +686,7 @@ class Store:
                 if not heap:
                     break
                 _, n = heapq.heappop(heap)
+                order.append(n)
                 want[n] = want.get(n, 0) + 1
                 sim[n] += 1.0 / weight[n]
                 if got[n] + want[n] < caps[n]:
@@ -613,7 +694,6 @@ class Store:
             for n, k in want.items():
                 claimed = self._claim_rows(conn, n, k, owner, ttl, now)
                 picked.setdefault(n, []).extend(claimed)
-                order += [n] * len(claimed)
                 got[n] += len(claimed)
                 vt[n] += len(claimed) / weight[n]
                 free -= len(claimed)
@@ -627,32 +707,47 @@ class Store:
         new_vtime = max(vtime, min(busy)) if busy else vtime
         if new_vtime != vtime:
             conn.execute(update(meta).where(meta.c.name == "vtime").values(value=repr(new_vtime)))
-        # Dispatch in the order the slots were handed out, so queued jobs start fairly too.
+        # Dispatch in the order the slots were handed out (interleaved), so that
+        # the jobs a child holds queued start fairly too; a slot whose group
+        # came back with fewer rows than asked is skipped.
         out: list[Claimed] = []
         cursor = {n: 0 for n in picked}
         for n in order:
-            out.append(picked[n][cursor[n]])
-            cursor[n] += 1
+            if cursor.get(n, 0) < len(picked.get(n, ())):
+                out.append(picked[n][cursor[n]])
+                cursor[n] += 1
         return out
 
     def _claim_rows(self, conn: Connection, group: str, limit: int, owner: str, ttl: float, now: float) -> list[Claimed]:
         """Lease the ``limit`` best runnable rows of one group (skipping rows another claim holds)."""
         j = self.tables.jobs
+        if self.engine.dialect.update_returning:
+            # One statement (PostgreSQL, SQLite): lease the rows the claim's
+            # select picks and read them back. RETURNING has no order: sort
+            # as the select did.
+            got = conn.execute(self._lease(group, limit, owner, ttl, now)).all()
+            got.sort(key=lambda r: (-r.priority, r.id))
+            return [Claimed(int(r.id), r.attempt, r.payload, r.fn_name, r.timeout) for r in got]
         rows = conn.execute(self._claim_select(group, limit, now)).all()
         if not rows:
             return []
-        conn.execute(
-            update(j)
-            .where(j.c.id.in_([r.id for r in rows]))
-            .values(
-                state=schema.LEASED,
-                attempt=j.c.attempt + 1,
-                lease_owner=owner,
-                lease_expires=now + ttl,
-                started_at=now,
-            )
-        )
+        conn.execute(self._lease(group, limit, owner, ttl, now, [int(r.id) for r in rows]))
         return [Claimed(int(r.id), r.attempt + 1, r.payload, r.fn_name, r.timeout) for r in rows]
+
+    def _lease(
+        self, group: str, limit: int, owner: str, ttl: float, now: float, ids: Sequence[int] | None = None
+    ) -> Any:
+        """The UPDATE that leases rows: the ``ids`` a select picked, or (with RETURNING) the select itself."""
+        j = self.tables.jobs
+        stmt = update(j).values(
+            state=schema.LEASED, attempt=j.c.attempt + 1, lease_owner=owner, lease_expires=now + ttl, started_at=now
+        )
+        if ids is not None:
+            return stmt.where(j.c.id.in_(ids))
+        picks = self._claim_select(group, limit, now).with_only_columns(j.c.id)
+        return stmt.where(self.dialect.id_in(j.c.id, picks)).returning(
+            j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.priority
+        )
 
     def heartbeat(self, job_id: int, attempt: int, ttl: float, now: float) -> bool:
         """Renew the lease of ``(job_id, attempt)`` and mark it running; False if the lease is gone."""
@@ -776,28 +871,35 @@ class Store:
             else:
                 lost.add(rep.job_id)
         out.lost = sorted(lost)
-        conn.execute(
-            insert(self.tables.attempts),
-            [
-                {
-                    "job_id": rep.job_id,
-                    "attempt": rep.attempt,
-                    "worker": rep.worker,
-                    "started_at": rep.started_at,
-                    "ended_at": rep.ended_at or now,
-                    "outcome": (f"lease lost ({rep.outcome})" if rep.job_id in lost else rep.outcome)[:64],
-                    "detail": rep.error,
-                }
-                for rep in reports
-            ],
-        )
+        attempts = [
+            {
+                "job_id": rep.job_id,
+                "attempt": rep.attempt,
+                "worker": rep.worker,
+                "started_at": rep.started_at,
+                "ended_at": rep.ended_at or now,
+                "outcome": (f"lease lost ({rep.outcome})" if rep.job_id in lost else rep.outcome)[:64],
+                "detail": rep.error,
+            }
+            for rep in reports
+        ]
+        self._insert_rows(conn, self.tables.attempts, attempts)
         return out
 
     def _finish_ok(self, conn: Connection, reports: Sequence[Report], now: float) -> set[int]:
-        """Mark the successful attempts done in one statement; return the ids whose token still held."""
+        """Mark the successful attempts done; return the ids whose token still held.
+
+        Every row is guarded by ``(id, attempt)`` and an active state. Where the
+        dialect has a set-based form (PostgreSQL) it is one statement for the
+        batch; otherwise an executemany.
+        """
         if not reports:
             return set()
         j = self.tables.jobs
+        rows = [(r.job_id, r.attempt, r.blob) for r in reports]
+        won = self.dialect.finish_many(conn, j, rows, now)
+        if won is not None:
+            return won
         stmt = (
             update(j)
             .where(j.c.id == bindparam("b_id"), j.c.attempt == bindparam("b_attempt"), self._active)
@@ -817,10 +919,10 @@ class Store:
         # Some lease was lost (or the driver cannot count an executemany): the
         # token tells which rows our statement finalized.
         mine = {(r.job_id, r.attempt) for r in reports}
-        rows = conn.execute(
+        found = conn.execute(
             select(j.c.id, j.c.attempt).where(j.c.id.in_([r.job_id for r in reports]), j.c.state == schema.DONE)
         ).all()
-        return {int(r.id) for r in rows if (int(r.id), r.attempt) in mine}
+        return {int(r.id) for r in found if (int(r.id), r.attempt) in mine}
 
     def _dependents(self, conn: Connection, upstream: Sequence[int]) -> list[tuple[int, int, bool]]:
         """``(dependent, upstream, dependent is a batch)`` for every edge out of ``upstream``."""

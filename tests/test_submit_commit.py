@@ -1,0 +1,165 @@
+"""When a submitted job's row is committed: grouped by the scheduler, or at once on demand.
+
+``submit`` queues the row and returns; the scheduler writes everything queued
+in the transaction of its next tick. ``flush()``, reading ``job_id`` and
+``durable_submit=True`` write the queue in the caller's thread. The crash
+tests kill a real submitting process and count the rows it left.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import jobs
+from dbexecutor import DBExecutor
+from test_faults import _kill, _start_driver, _tail
+
+T = 60
+
+
+def _stored_ids(db) -> list[int]:
+    return [int(r.id) for r in db.jobs()]
+
+
+def _until(predicate, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(0.01)
+    return predicate()
+
+
+def test_the_scheduler_commits_queued_submits(db):
+    ex = db.executor(2, run_jobs=False)  # nothing runs: the rows stay as written
+    futs = [ex.submit(jobs.identity, i) for i in range(30)]
+    # Nobody reads an id or flushes: the scheduler's tick writes them.
+    assert _until(lambda: all(f.stored for f in futs)), [f for f in futs if not f.stored]
+    rows = db.jobs()
+    assert [int(r.id) for r in rows] == [f.job_id for f in futs]
+    assert {r.state for r in rows} == {"ready"}
+    assert [f.job_id for f in futs] == sorted(f.job_id for f in futs), "ids follow submission order"
+
+
+def test_flush_writes_everything_submitted(db):
+    ex = db.executor(2, run_jobs=False)
+    futs = [ex.submit(jobs.identity, i) for i in range(200)]
+    ex.flush()
+    assert all(f.stored for f in futs)
+    assert _stored_ids(db) == [f.job_id for f in futs]
+    ex.flush()  # nothing queued: a no-op
+    assert len(_stored_ids(db)) == 200
+
+
+def test_reading_job_id_writes_the_job(db):
+    ex = db.executor(2, run_jobs=False)
+    fut = ex.submit(jobs.identity, 1)
+    job_id = fut.job_id
+    assert isinstance(job_id, int) and fut.stored
+    assert _stored_ids(db) == [job_id]
+
+
+def test_durable_submit_returns_after_the_commit(db):
+    ex = db.executor(2, run_jobs=False, durable_submit=True)
+    for i in range(5):
+        fut = ex.submit(jobs.identity, i)
+        assert fut.stored  # no flush, no job_id read
+        assert len(_stored_ids(db)) == i + 1
+
+
+def test_queued_submits_run_and_keep_their_order(db):
+    ex = db.executor(1)
+    futs = [ex.submit(jobs.identity, i) for i in range(100)]
+    assert [f.result(timeout=T) for f in futs] == list(range(100))
+    rows = db.jobs()
+    assert [r.state for r in rows] == ["done"] * 100
+    assert [int(r.id) for r in rows] == [f.job_id for f in futs]
+
+
+def test_a_dependency_on_a_queued_job_writes_it_first(db):
+    ex = db.executor(2)
+    a = ex.submit(jobs.identity, 20)
+    b = ex.submit(jobs.add, a, 1)  # a's id goes into b's edges and payload
+    c = ex.submit(jobs.add, b, 1, after=[a])
+    assert c.result(timeout=T) == 22
+    assert a.job_id < b.job_id < c.job_id
+
+
+def test_a_refused_row_fails_only_its_own_future(db):
+    """A job whose upstream was purged after it finished is refused; the rest of its commit goes in."""
+    ex = db.executor(2)
+    gone = ex.submit(jobs.identity, 0)
+    assert gone.result(timeout=T) == 0
+    store = db.store()
+    try:
+        assert store.purge(time.time() + 60) == 1  # deletes the finished upstream row
+    finally:
+        store.close()
+    with ex._scheduler._flush_lock:  # hold the writer so that all three go in one commit
+        before = ex.submit(jobs.identity, 1)
+        orphan = ex.submit(jobs.identity, 2, after=[gone])
+        after = ex.submit(jobs.identity, 3)
+    assert before.result(timeout=T) == 1
+    assert after.result(timeout=T) == 3
+    assert before.job_id > gone.job_id, "a purged job's id is never handed out again"
+    with pytest.raises(ValueError, match="do not exist"):
+        orphan.result(timeout=T)
+    assert orphan.job_id is None
+    assert sorted(r.state for r in db.jobs()) == ["done", "done"]
+
+
+def test_shutdown_writes_and_runs_what_was_queued(db):
+    ex = db.executor(2)
+    futs = [ex.submit(jobs.identity, i) for i in range(50)]
+    ex.shutdown(wait=True)
+    assert [f.result(timeout=0) for f in futs] == list(range(50))
+    assert len(_stored_ids(db)) == 50
+
+
+def test_shutdown_cancel_futures_leaves_no_future_pending(db):
+    ex = db.executor(1)
+    blocker = ex.submit(jobs.sleep, 0.5, "b")
+    assert _until(blocker.running)
+    with ex._scheduler._flush_lock:  # these stay queued until after the shutdown request
+        futs = [ex.submit(jobs.identity, i) for i in range(20)]
+        ex.shutdown(wait=False, cancel_futures=True)
+    ex.shutdown(wait=True)
+    assert blocker.result(timeout=T) == "b"
+    assert all(f.cancelled() for f in futs)
+    # Written, then cancelled: every cancelled job has its row, as the stored ones do.
+    assert db.states(futs) == {f.job_id: "cancelled" for f in futs}
+
+
+def test_cancel_of_a_queued_job(db):
+    ex = db.executor(1)
+    blocker = ex.submit(jobs.sleep, 0.5, "b")
+    assert _until(blocker.running)
+    queued = ex.submit(jobs.identity, 1)
+    below = ex.submit(jobs.add, queued, 1)
+    assert queued.cancel() is True
+    assert queued.cancelled() and below.cancelled()
+    assert blocker.result(timeout=T) == "b"
+    assert db.states([queued, below]) == {queued.job_id: "cancelled", below.job_id: "cancelled"}
+
+
+@pytest.mark.parametrize("how", ["flush", "durable_submit"])
+def test_a_killed_submitter_loses_nothing_it_flushed(db, tmp_path, how):
+    """SIGKILL right after the jobs were flushed (or durably submitted): every row is there."""
+    options = {**db.options, "max_workers": 1, "run_jobs": False, "durable_submit": how == "durable_submit"}
+    import json
+
+    n = 40
+    proc, log = _start_driver(tmp_path, "submitter", "submitted", db.url, json.dumps(options), n, int(how == "flush"))
+    try:
+        assert _until(lambda: "submitted" in _tail(log), T), _tail(log)
+    finally:
+        _kill(proc)
+    rows = db.jobs()
+    assert len(rows) == n, _tail(log)
+    assert {r.state for r in rows} == {"ready"}
+    # Another executor picks them up.
+    ex = DBExecutor.attach(db.url, max_workers=2, **db.options)
+    db.executors.append(ex)
+    assert sorted(f.result(timeout=T) for f in ex.futures()) == list(range(n))
