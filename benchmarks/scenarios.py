@@ -72,6 +72,7 @@ class Sizes:
     memory_jobs: int = 100_000
     child_jobs: int = 10_000
     memory_batch: int = 1_000
+    repeats: int = 3  # throughput and map cells: runs per executor, the median is reported
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -79,6 +80,7 @@ class Sizes:
             jobs=200, sleep_jobs=40, chain=50, fanout=200, random_dag=200,
             claim_finished=(0, 1_000, 10_000), claim_waiting=10_000, claims=30,
             latency_samples=10, cross_samples=5, memory_jobs=300, child_jobs=100, memory_batch=100,
+            repeats=1,
         )
 
     def override(self, name: str, value: str) -> None:
@@ -182,42 +184,59 @@ def percentile(samples: list[float], q: float) -> float:
 # -- 1. throughput and 2. map -------------------------------------------------
 
 
-def _throughput(ex: Executor, n: int) -> float:
+def _median_rate(n: int, work: Callable[[], Any], repeats: int) -> float:
+    # A cell of well under a second (map with chunksize 64 takes ~20-60 ms)
+    # is at the mercy of one scheduling hiccup: the median of a few runs is not.
+    return n / statistics.median(timed(work) for _ in range(max(1, repeats)))
+
+
+def _throughput(ex: Executor, n: int, repeats: int = 1) -> float:
     def work() -> None:
         futures = [ex.submit(jobs.noop, i) for i in range(n)]
         for f in futures:
             f.result()
 
-    return n / timed(work)
+    return _median_rate(n, work, repeats)
 
 
-def _map_rate(ex: Executor, n: int, chunksize: int) -> float:
+def _map_rate(ex: Executor, n: int, chunksize: int, repeats: int = 1) -> float:
     def work() -> None:
         assert sum(ex.map(jobs.noop, range(n), chunksize=chunksize)) == n * (n - 1) // 2
 
-    return n / timed(work)
+    return _median_rate(n, work, repeats)
 
 
-def _rate_row(scenario: str, kind: str, metric: str, ours: float, base: dict[str, float], n: int) -> Row:
-    return Row(scenario, kind, metric, "/s", ours, base, _ratio(ours, base.get("ppe")), raw={"jobs": n})
+def _rate_row(
+    scenario: str, kind: str, metric: str, ours: float, base: dict[str, float], n: int, repeats: int,
+    share: float | None = None,
+) -> Row:
+    """A rate against PPE's; ``share``: the target, as the least fraction of PPE's rate."""
+    ratio = _ratio(ours, base.get("ppe"))
+    target = f"ratio >= {share:.2f}" if share is not None else ""
+    passed = None if share is None or ratio is None else ratio >= share
+    return Row(scenario, kind, metric, "/s", ours, base, ratio, target=target, passed=passed,
+               raw={"jobs": n, "repeats": repeats})
 
 
 def throughput(ctx: Context, kind: str) -> list[Row]:
-    n = ctx.sizes.jobs
-    base = run_baselines(ctx, lambda ex: _throughput(ex, n))
+    n, r = ctx.sizes.jobs, ctx.sizes.repeats
+    base = run_baselines(ctx, lambda ex: _throughput(ex, n, r))
     with dbexecutor(kind, ctx.workers) as ex:
-        ours = _throughput(ex, n)
-    return [_rate_row("throughput", kind, f"{n:,} submits", ours, base, n)]
+        ours = _throughput(ex, n, r)
+    # The targets: half of PPE's rate, and 35% on MariaDB/MySQL.
+    share = 0.35 if kind == "mariadb" else 0.50
+    return [_rate_row("throughput", kind, f"{n:,} submits", ours, base, n, r, share)]
 
 
 def map_scenario(ctx: Context, kind: str) -> list[Row]:
-    n = ctx.sizes.jobs
+    n, r = ctx.sizes.jobs, ctx.sizes.repeats
     sizes = (1, 64)
-    base = run_baselines(ctx, lambda ex: [_map_rate(ex, n, c) for c in sizes])
+    base = run_baselines(ctx, lambda ex: [_map_rate(ex, n, c, r) for c in sizes])
     with dbexecutor(kind, ctx.workers) as ex:
-        ours = [_map_rate(ex, n, c) for c in sizes]
+        ours = [_map_rate(ex, n, c, r) for c in sizes]
     return [
-        _rate_row("map", kind, f"map {n:,}, chunksize {c}", ours[i], {k: v[i] for k, v in base.items()}, n)
+        _rate_row("map", kind, f"map {n:,}, chunksize {c}", ours[i], {k: v[i] for k, v in base.items()}, n, r,
+                  0.50 if c == 64 else None)
         for i, c in enumerate(sizes)
     ]
 

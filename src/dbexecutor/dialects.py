@@ -19,7 +19,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
-from sqlalchemy import ColumnElement, Insert, Select, Table, TextClause, any_, bindparam, event, func, insert, text
+from sqlalchemy import ARRAY, BigInteger, ColumnElement, Insert, Select, Table, TextClause, any_, bindparam, event, func, insert, text
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
@@ -77,6 +77,10 @@ class Dialect:
     def id_in(self, column: Any, ids: Select[Any]) -> ColumnElement[bool]:
         """``column`` is one of the ids ``ids`` selects (for an UPDATE that claims them)."""
         return column.in_(ids)
+
+    def in_ids(self, column: Any, ids: Sequence[int]) -> ColumnElement[bool]:
+        """``column`` is one of ``ids`` (a list of job ids)."""
+        return column.in_(list(ids))
 
     @contextlib.contextmanager
     def schema_lock(self, conn: Connection, name: str) -> Iterator[None]:
@@ -232,6 +236,12 @@ class PostgreSQLDialect(Dialect):
         # hash-join against a sequential scan of the whole table.
         return column == any_(func.array(ids.scalar_subquery()))
 
+    def in_ids(self, column: Any, ids: Sequence[int]) -> ColumnElement[bool]:
+        # One array parameter: the statement's text stays the same whatever the
+        # number of ids, so psycopg and the server prepare it once (an IN list
+        # is a new statement for each length, parsed again every time).
+        return column == any_(bindparam(None, list(ids), type_=ARRAY(BigInteger)))
+
     def __init__(self, url: URL) -> None:
         super().__init__(url)
         self._sequences: dict[str, str] = {}
@@ -352,7 +362,9 @@ class MySQLDialect(Dialect):
             params: dict[str, Any] = {"now": now}
             for n, (job_id, attempt, blob) in enumerate(part):
                 params.update({f"i{n}": job_id, f"a{n}": attempt, f"r{n}": blob})
-            if conn.execute(stmt, params).rowcount == len(part):
+            # Not cached: a text per batch size, each with hundreds of parameters,
+            # would fill the engine's statement cache (tens of MB) for nothing.
+            if conn.execute(stmt, params, execution_options={"compiled_cache": None}).rowcount == len(part):
                 won.update(r[0] for r in part)
                 continue
             # Some lease was lost: the token tells which rows this statement finalized.

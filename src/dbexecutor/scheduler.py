@@ -107,6 +107,7 @@ class Scheduler:
         os.set_blocking(self._wake_w, False)
         self._wake_lock = threading.Lock()
         self._wake_closed = False
+        self._wake_pending = False  # a byte is in the wake pipe that the loop has not read
         self._poll_cursor = -1
         self._avg_run = 1.0  # seconds, moving average of recent run times
         self._results_seen = 0
@@ -145,8 +146,11 @@ class Scheduler:
         with self._wake_lock:
             # Once the loop has ended its pipe is closed, and the descriptor
             # number may already belong to a file or socket opened since.
-            if self._wake_closed:
+            # A wake-up the loop has not consumed yet covers this one too: no
+            # system call per submit in a burst.
+            if self._wake_closed or self._wake_pending:
                 return
+            self._wake_pending = True
             try:
                 os.write(self._wake_w, b"x")
             except BlockingIOError:
@@ -469,10 +473,13 @@ class Scheduler:
             objs += [c.conn, c.process.sentinel]
         ready = set(mp_wait(objs, timeout))
         if self._wake_r in ready:
-            try:
-                os.read(self._wake_r, 4096)
-            except BlockingIOError:
-                pass
+            with self._wake_lock:
+                # Cleared before the read: a wake() from now on writes again.
+                self._wake_pending = False
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
         for c in list(self._children):
             if c.conn in ready:
                 self._receive(c)

@@ -194,6 +194,7 @@ class Store:
         #: Names this store's notifications, so a listener can skip its own.
         self.sender = uuid.uuid4().hex[:12]
         self._groups_seen: dict[str, int | None] = {}  # groups this process has made sure exist
+        self._stmts: dict[Any, Any] = {}  # statements built once (see _groups_stmt)
 
     def __repr__(self) -> str:
         return f"Store({masked_url(self.url)!r}, prefix={self.prefix!r})"
@@ -587,29 +588,50 @@ class Store:
         self._groups_done(groups)
         return out
 
-    def _runnable(self, now: float) -> Any:
+    def _runnable(self, now: Any) -> Any:
         j = self.tables.jobs
         return and_(self._ready, or_(j.c.run_after.is_(None), j.c.run_after <= now))
 
+    # The claim's statements are built once per store (per LIMIT where it is
+    # part of the text) and run with bound values: building and hashing a
+    # statement costs more Python time than its round trip on a local server.
+
+    def _groups_stmt(self, locked: bool) -> Any:
+        key = ("groups", locked)
+        stmt = self._stmts.get(key)
+        if stmt is None:
+            g, j = self.tables.groups, self.tables.jobs
+            has_work = exists().where(j.c.group_key == g.c.name, self._runnable(bindparam("c_now")))
+            stmt = select(g.c.name, g.c.weight, g.c.max_running, g.c.vtime).where(has_work).order_by(g.c.name)
+            stmt = self.dialect.for_update(stmt) if locked else stmt
+            self._stmts[key] = stmt
+        return stmt
+
     def _groups_select(self, now: float) -> Select[Any]:
         """The groups that have runnable work: one probe of the ready index per group."""
-        g, j = self.tables.groups, self.tables.jobs
-        has_work = exists().where(j.c.group_key == g.c.name, self._runnable(now))
-        return select(g.c.name, g.c.weight, g.c.max_running, g.c.vtime).where(has_work).order_by(g.c.name)
+        return self._groups_stmt(False).params(c_now=now)  # type: ignore[no-any-return]
 
     def runnable_groups(self, now: float) -> list[str]:
         """Names of the groups with runnable work (a read that takes no write lock)."""
-        return self._txn(lambda c: list(c.execute(self._groups_select(now)).scalars()), read_only=True)
+        return self._txn(lambda c: list(c.execute(self._groups_stmt(False), {"c_now": now}).scalars()), read_only=True)
+
+    def _pick_stmt(self, limit: int) -> Any:
+        """A group's ``limit`` best runnable rows, locked (skipping rows another claim holds)."""
+        key = ("pick", limit)
+        stmt = self._stmts.get(key)
+        if stmt is None:
+            j = self.tables.jobs
+            stmt = self.dialect.for_claim(
+                select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout)
+                .where(j.c.group_key == bindparam("c_group"), self._runnable(bindparam("c_now")))
+                .order_by(j.c.priority.desc(), j.c.id)
+                .limit(limit)
+            )
+            self._stmts[key] = stmt
+        return stmt
 
     def _claim_select(self, group: str, limit: int, now: float) -> Select[Any]:
-        j = self.tables.jobs
-        stmt = (
-            select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout)
-            .where(j.c.group_key == group, self._runnable(now))
-            .order_by(j.c.priority.desc(), j.c.id)
-            .limit(limit)
-        )
-        return self.dialect.for_claim(stmt)
+        return self._pick_stmt(limit).params(c_group=group, c_now=now)  # type: ignore[no-any-return]
 
     def explain_claim(self, limit: int = 4) -> dict[str, list[str]]:
         """The database's plans for the claim's two reads, one line per plan row (for tests and tuning).
@@ -618,13 +640,17 @@ class Store:
         rows; ``lease``: the UPDATE that leases them (not run: only explained).
         """
         now = time.time()
-        ids = None if self.engine.dialect.update_returning else list(range(1, limit + 1))
+        values = {"c_group": schema.DEFAULT_GROUP, "c_now": now, "c_owner": "explain", "c_expires": now}
+        if self.engine.dialect.update_returning:
+            lease = self._lease_stmt(limit, values)
+        else:
+            lease = self._lease_stmt(None, {**values, "c_ids": list(range(1, limit + 1))})
 
         def work(conn: Connection) -> dict[str, list[str]]:
             return {
                 "groups": self.dialect.explain(conn, self._groups_select(now)),
                 "claim": self.dialect.explain(conn, self._claim_select(schema.DEFAULT_GROUP, limit, now)),
-                "lease": self.dialect.explain(conn, self._lease(schema.DEFAULT_GROUP, limit, "explain", 1.0, now, ids)),
+                "lease": self.dialect.explain(conn, lease),
             }
 
         return self._txn(work)
@@ -643,7 +669,7 @@ class Store:
         then age, and no virtual time moves.
         """
         g, j = self.tables.groups, self.tables.jobs
-        rows = conn.execute(self.dialect.for_update(self._groups_select(now))).all()
+        rows = conn.execute(self._groups_stmt(True), {"c_now": now}).all()
         if not rows:
             return []
         # Taken after the locks and the running counts below: a job claimed here
@@ -720,34 +746,50 @@ class Store:
 
     def _claim_rows(self, conn: Connection, group: str, limit: int, owner: str, ttl: float, now: float) -> list[Claimed]:
         """Lease the ``limit`` best runnable rows of one group (skipping rows another claim holds)."""
-        j = self.tables.jobs
+        values = {"c_group": group, "c_now": now, "c_owner": owner, "c_expires": now + ttl}
         if self.engine.dialect.update_returning:
             # One statement (PostgreSQL, SQLite): lease the rows the claim's
             # select picks and read them back. RETURNING has no order: sort
             # as the select did.
-            got = conn.execute(self._lease(group, limit, owner, ttl, now)).all()
-            got.sort(key=lambda r: (-r.priority, r.id))
+            got = sorted(conn.execute(self._lease_stmt(limit), values).all(), key=lambda r: (-r.priority, r.id))
             return [Claimed(int(r.id), r.attempt, r.payload, r.fn_name, r.timeout) for r in got]
-        rows = conn.execute(self._claim_select(group, limit, now)).all()
+        rows = conn.execute(self._pick_stmt(limit), values).all()
         if not rows:
             return []
-        conn.execute(self._lease(group, limit, owner, ttl, now, [int(r.id) for r in rows]))
+        conn.execute(self._lease_stmt(None), {**values, "c_ids": [int(r.id) for r in rows]})
         return [Claimed(int(r.id), r.attempt + 1, r.payload, r.fn_name, r.timeout) for r in rows]
 
-    def _lease(
-        self, group: str, limit: int, owner: str, ttl: float, now: float, ids: Sequence[int] | None = None
-    ) -> Any:
-        """The UPDATE that leases rows: the ``ids`` a select picked, or (with RETURNING) the select itself."""
-        j = self.tables.jobs
-        stmt = update(j).values(
-            state=schema.LEASED, attempt=j.c.attempt + 1, lease_owner=owner, lease_expires=now + ttl, started_at=now
-        )
-        if ids is not None:
-            return stmt.where(j.c.id.in_(ids))
-        picks = self._claim_select(group, limit, now).with_only_columns(j.c.id)
-        return stmt.where(self.dialect.id_in(j.c.id, picks)).returning(
-            j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.priority
-        )
+    def _lease_stmt(self, limit: int | None, literal: dict[str, Any] | None = None) -> Any:
+        """The UPDATE that leases rows: the ids a select picked (``c_ids``), or with RETURNING the select itself.
+
+        Built once per ``limit`` with bound values; with ``literal`` (for
+        EXPLAIN) built with those values in it.
+        """
+        key = ("lease", limit)
+        stmt = self._stmts.get(key) if literal is None else None
+        if stmt is None:
+            j = self.tables.jobs
+            v: dict[str, Any] = literal or {n: bindparam(n) for n in ("c_owner", "c_expires", "c_now")}
+            stmt = update(j).values(
+                state=schema.LEASED,
+                attempt=j.c.attempt + 1,
+                lease_owner=v["c_owner"],
+                lease_expires=v["c_expires"],
+                started_at=v["c_now"],
+            )
+            if limit is None:
+                ids = literal["c_ids"] if literal else bindparam("c_ids", expanding=True)
+                stmt = stmt.where(j.c.id.in_(ids))
+            else:
+                picks = self._pick_stmt(limit)
+                if literal:
+                    picks = picks.params(c_group=literal["c_group"], c_now=literal["c_now"])
+                stmt = stmt.where(self.dialect.id_in(j.c.id, picks.with_only_columns(j.c.id))).returning(
+                    j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.priority
+                )
+            if literal is None:
+                self._stmts[key] = stmt
+        return stmt
 
     def heartbeat(self, job_id: int, attempt: int, ttl: float, now: float) -> bool:
         """Renew the lease of ``(job_id, attempt)`` and mark it running; False if the lease is gone."""
@@ -930,7 +972,7 @@ class Store:
         pairs: list[Any] = []
         for chunk in _chunks(list(upstream)):
             stmt = select(d.c.job_id, d.c.depends_on_id, j.c.batch).join(j, j.c.id == d.c.job_id)
-            pairs += conn.execute(stmt.where(d.c.depends_on_id.in_(chunk))).all()
+            pairs += conn.execute(stmt.where(self.dialect.in_ids(d.c.depends_on_id, chunk))).all()
         return [(int(a), int(b), bool(c)) for a, b, c in pairs]
 
     def _release_dependents(self, conn: Connection, done_ids: Sequence[int], now: float) -> tuple[int, list[Final]]:
@@ -960,7 +1002,8 @@ class Store:
                     values: dict[str, Any] = {"open_deps": j.c.open_deps - k}
                     if not is_batch:  # a batch stays waiting; it is rolled up below
                         values = {"state": case((j.c.open_deps <= k, schema.READY), else_=j.c.state), **values}
-                    res = conn.execute(update(j).where(j.c.id.in_(chunk), j.c.state == schema.WAITING).values(**values))
+                    stmt = update(j).where(self.dialect.in_ids(j.c.id, chunk), j.c.state == schema.WAITING)
+                    res = conn.execute(stmt.values(**values))
                     if not is_batch:
                         released += max(res.rowcount, 0)
             done_ids = []
@@ -1087,7 +1130,7 @@ class Store:
             out: list[Final] = []
             for chunk in _chunks(list(job_ids)):
                 rows = conn.execute(
-                    select(j.c.id, j.c.state, j.c.result).where(j.c.id.in_(chunk), self._final)
+                    select(j.c.id, j.c.state, j.c.result).where(self.dialect.in_ids(j.c.id, chunk), self._final)
                 ).all()
                 out += [Final(int(r.id), r.state, r.result) for r in rows]
             return out
@@ -1100,7 +1143,7 @@ class Store:
 
         def work(conn: Connection) -> dict[int, bytes]:
             rows = conn.execute(
-                select(j.c.id, j.c.result).where(j.c.id.in_(list(job_ids)), j.c.state == schema.DONE)
+                select(j.c.id, j.c.result).where(self.dialect.in_ids(j.c.id, job_ids), j.c.state == schema.DONE)
             ).all()
             return {int(r.id): r.result for r in rows}
 
