@@ -163,3 +163,25 @@ def test_a_killed_submitter_loses_nothing_it_flushed(db, tmp_path, how):
     ex = DBExecutor.attach(db.url, max_workers=2, **db.options)
     db.executors.append(ex)
     assert sorted(f.result(timeout=T) for f in ex.futures()) == list(range(n))
+
+
+def test_a_burst_of_large_payloads_is_written(db):
+    """Eight 3 MB payloads queued together: more than one MySQL packet (16 MB) holds, so the rows go in several statements."""
+    ex = db.executor(2)
+    blob = b"\x00\xff" * (3 << 19)  # 3 MB, not valid text in any encoding
+    with ex._scheduler._flush_lock:  # all eight go in one tick
+        futs = [ex.submit(len, blob + bytes([i])) for i in range(8)]
+    assert [f.result(timeout=T) for f in futs] == [len(blob) + 1] * 8
+
+
+@pytest.mark.databases("mariadb")
+def test_a_payload_over_the_servers_packet_limit_fails_its_future(db):
+    """A row MySQL cannot take would make the server drop the connection (an outage to the retry loop)."""
+    ex = db.executor(1)
+    limit = ex._store.dialect.max_payload
+    assert limit is not None
+    too_big = ex.submit(len, b"x" * (limit + 1))
+    with pytest.raises(ValueError, match="max_allowed_packet"):
+        too_big.result(timeout=T)
+    assert ex.submit(len, b"x" * 10).result(timeout=T) == 10
+    assert len(db.jobs()) == 1

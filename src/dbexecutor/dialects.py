@@ -27,6 +27,20 @@ from . import schema
 from .errors import ConfigurationError
 
 _FINISH_CHUNK = 500  # rows per set-based finishing statement (3 parameters each)
+_PACKET_BYTES = 4 << 20  # text and bytes per multi-row statement: well under MySQL's max_allowed_packet
+
+
+def _packets(rows: Sequence[dict[str, Any]], limit: int = _PACKET_BYTES) -> Iterator[Sequence[dict[str, Any]]]:
+    """``rows`` in runs of at most ``_FINISH_CHUNK`` rows and about ``limit`` bytes of data."""
+    start, size = 0, 0
+    for n, row in enumerate(rows):
+        weight = sum(len(v) for v in row.values() if isinstance(v, (bytes, str)))
+        if n > start and (n - start >= _FINISH_CHUNK or size + weight > limit):
+            yield rows[start:n]
+            start, size = n, 0
+        size += weight
+    if start < len(rows):
+        yield rows[start:]
 
 __all__ = ["Dialect", "resolve"]
 
@@ -98,6 +112,15 @@ class Dialect:
     def insert_many(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> bool:
         """Insert ``rows`` (same keys each) in one set-based statement; False: not here, use an executemany."""
         return False
+
+    def insert_returning_ids(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> list[int] | None:
+        """Insert ``rows`` and return their new ids in row order; None: not here (the store falls back)."""
+        return None
+
+    #: The largest payload a row can hold here (bytes; None: no limit worth checking).
+    max_payload: int | None = None
+    #: Data per multi-row statement (see ``_packets``).
+    packet_bytes: int = _PACKET_BYTES
 
     def finish_many(
         self, conn: Connection, jobs: Table, rows: Sequence[tuple[int, int, bytes]], now: float
@@ -341,30 +364,54 @@ class MySQLDialect(Dialect):
         # PostgreSQL, instead of REPEATABLE READ's start-of-transaction snapshot.
         return {**super().engine_options(), "isolation_level": "READ COMMITTED", "pool_recycle": 3600}
 
+    def _multi_insert(
+        self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]], returning: bool
+    ) -> list[int]:
+        # One multi-row INSERT per chunk, handed to the driver as text:
+        # SQLAlchemy's executemany path costs more Python time per row than the
+        # server spends on it.
+        columns = list(rows[0])
+        quote = conn.dialect.identifier_preparer.quote
+        head = f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in columns)}) VALUES "
+        one = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        tail = " RETURNING id" if returning else ""
+        ids: list[int] = []
+        for part in _packets(rows, self.packet_bytes):
+            res = conn.exec_driver_sql(head + ", ".join([one] * len(part)) + tail, tuple(r[c] for r in part for c in columns))
+            if returning:
+                # One statement's auto-increment values rise in row order.
+                ids += sorted(int(i) for i in res.scalars())
+        return ids
+
+    def insert_many(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> bool:
+        self._multi_insert(conn, table, rows, returning=False)
+        return True
+
+    def insert_returning_ids(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> list[int] | None:
+        if not getattr(conn.dialect, "is_mariadb", False):
+            return None  # MySQL has no INSERT ... RETURNING
+        return self._multi_insert(conn, table, rows, returning=True)
+
     def finish_many(
         self, conn: Connection, jobs: Table, rows: Sequence[tuple[int, int, bytes]], now: float
     ) -> set[int] | None:
         # PyMySQL runs an UPDATE executemany as one round trip per row: join
-        # the rows in as a derived table instead, one statement per chunk.
+        # the rows in as a derived table instead, one statement per chunk. The
+        # text goes straight to the driver: compiling a statement of hundreds
+        # of parameters each time costs more than the server's work on it.
         won: set[int] = set()
         quote = conn.dialect.identifier_preparer.quote
         active = ", ".join(f"'{s}'" for s in schema.ACTIVE_STATES)
         for start in range(0, len(rows), _FINISH_CHUNK):
             part = rows[start : start + _FINISH_CHUNK]
-            derived = " UNION ALL ".join(
-                f"SELECT :i{n} AS id, :a{n} AS attempt, :r{n} AS result" for n in range(len(part))
-            )
-            stmt = text(
+            derived = " UNION ALL ".join(["SELECT %s AS id, %s AS attempt, %s AS result"] * len(part))
+            sql = (
                 f"UPDATE {quote(jobs.name)} AS j JOIN ({derived}) AS u ON j.id = u.id AND j.attempt = u.attempt "
-                f"SET j.state = '{schema.DONE}', j.result = u.result, j.error = NULL, j.finished_at = :now, "
+                f"SET j.state = '{schema.DONE}', j.result = u.result, j.error = NULL, j.finished_at = %s, "
                 f"j.lease_owner = NULL, j.lease_expires = NULL WHERE j.state IN ({active})"
             )
-            params: dict[str, Any] = {"now": now}
-            for n, (job_id, attempt, blob) in enumerate(part):
-                params.update({f"i{n}": job_id, f"a{n}": attempt, f"r{n}": blob})
-            # Not cached: a text per batch size, each with hundreds of parameters,
-            # would fill the engine's statement cache (tens of MB) for nothing.
-            if conn.execute(stmt, params, execution_options={"compiled_cache": None}).rowcount == len(part):
+            params = tuple(x for row in part for x in row) + (now,)
+            if conn.exec_driver_sql(sql, params).rowcount == len(part):
                 won.update(r[0] for r in part)
                 continue
             # Some lease was lost: the token tells which rows this statement finalized.
@@ -392,6 +439,12 @@ class MySQLDialect(Dialect):
                 f"MySQL {'.'.join(map(str, version))} is too old: dbexecutor needs MySQL 8.0.1 or newer "
                 "for SKIP LOCKED; upgrade the server or use PostgreSQL or SQLite"
             )
+        # A statement larger than this is refused, or the server drops the
+        # connection, which looks like an outage and would be retried forever.
+        packet = int(conn.execute(text("SELECT @@max_allowed_packet")).scalar() or 0)
+        if packet:
+            self.max_payload = max(1, packet - (64 << 10))  # room for the rest of the row and the statement
+            self.packet_bytes = min(_PACKET_BYTES, packet // 4)
 
     @contextlib.contextmanager
     def schema_lock(self, conn: Connection, name: str) -> Iterator[None]:

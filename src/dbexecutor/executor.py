@@ -489,6 +489,12 @@ class DBExecutor(Executor):
             found.append(f)
         try:
             payload = serialization.dump_payload(fn, args, kwargs, self._store.signer)
+            limit = self._store.dialect.max_payload
+            if limit is not None and len(payload) > limit:
+                raise ValueError(
+                    f"the pickled call is {len(payload):,} bytes; this {self._store.dialect.label} server takes "
+                    f"at most {limit:,} in a row (max_allowed_packet): pass a path or a key instead of the data"
+                )
         except Exception as error:
             # As ProcessPoolExecutor: the future fails with the pickling error; nothing is stored.
             failed: JobFuture[Any] = JobFuture(None)  # type: ignore[arg-type]

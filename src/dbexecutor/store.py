@@ -492,6 +492,8 @@ class Store:
                     row["id"] = job_id
                 self._insert_rows(conn, j, rows)
                 ids = reserved
+            elif len(rows) > 1 and (got := self.dialect.insert_returning_ids(conn, j, rows)) is not None:
+                ids = got
             elif bulk and len(rows) > 1:
                 stmt = insert(j).returning(j.c.id, sort_by_parameter_order=True)
                 ids = [int(x) for x in conn.execute(stmt, rows).scalars()]
