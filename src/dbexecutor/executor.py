@@ -30,7 +30,7 @@ __all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
 
 T = TypeVar("T")
 
-_MAP_BATCH = 500  # rows per insert transaction in map()
+_MAP_BATCH = 500  # rows per insert transaction in Batch.map()
 
 
 def _default_workers() -> int:
@@ -615,10 +615,23 @@ class DBExecutor(Executor):
             name = serialization.qualified_name(fn)
             chunks = iter(lambda: list(itertools.islice(items, chunksize)), [])
             calls = (self._prepare(_run_chunk, (fn, chunk), {}, (), opts, now, name) for chunk in chunks)
-        # Rows go in by batches: one commit per batch instead of one per item.
+        # Queued like submits: the scheduler writes them with its ticks, in
+        # the transactions that also claim them.
         fs: list[JobFuture[Any]] = []
-        while batch := list(itertools.islice(calls, _MAP_BATCH)):
-            fs += self._submit_many(batch, now)
+        delays: list[float] = []
+        for call in calls:
+            if isinstance(call, JobFuture):  # could not be pickled: failed already, nothing stored
+                fs.append(call)
+                continue
+            fut: JobFuture[Any] = JobFuture(None, self._scheduler.cancel_job, self._store.identity)  # type: ignore[arg-type]
+            self._scheduler.enqueue(call, fut)
+            fs.append(fut)
+            if call.run_after is not None:
+                delays.append(call.run_after)
+        if delays:
+            self._scheduler.due(min(delays))
+        if self._durable_submit:
+            self._scheduler.flush()
 
         def result_iterator() -> Iterator[Any]:
             try:

@@ -42,6 +42,7 @@ _IN_POLL = 500  # ids checked per remote poll
 _PREFETCH_BELOW = 0.05  # seconds: average run time under which a child gets more jobs queued
 _PREFETCH_WORK = 0.05  # seconds of (short) work a child may hold queued behind its running job
 _PREFETCH_MAX = 128  # at most this many jobs per child
+_PENDING_PER_TICK = 2000  # queued submits written per scheduler tick
 _RETENTION_BATCH = 500  # jobs deleted per retention transaction
 
 
@@ -621,7 +622,11 @@ class Scheduler:
             limit = self._free_slots()
             now = time.time()
             with self.lock:
-                items, self._pending = self._pending, []
+                # A bounded share per tick, so that a burst of thousands does
+                # not hold the claim back until all of them are written.
+                items, self._pending = self._pending[:_PENDING_PER_TICK], self._pending[_PENDING_PER_TICK:]
+                if self._pending:
+                    self.wake(work=True)  # the rest in the next tick, at once
             if not (items or self._reports or limit > 0):
                 return
             if not items and not self._reports:
