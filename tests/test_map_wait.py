@@ -62,7 +62,7 @@ def test_map_timeout_raises_and_cancels_pending_jobs(db):
     n = 6
     start = time.monotonic()
     it = ex.map(jobs.sleep, [3] * n, timeout=0.5)
-    with pytest.raises(TimeoutError) as info:
+    with pytest.raises(cf.TimeoutError) as info:
         next(it)
     elapsed = time.monotonic() - start
     assert not isinstance(info.value, JobTimeoutError)  # the wait timed out, not a job
@@ -178,7 +178,7 @@ def test_as_completed_timeout(db, tmp_path):
     try:
         slow = [ex.submit(jobs.wait_for_file, flag, i, 30) for i in range(2)]
         start = time.monotonic()
-        with pytest.raises(TimeoutError):
+        with pytest.raises(cf.TimeoutError):
             for _ in cf.as_completed(slow, timeout=0.3):
                 pass
         assert time.monotonic() - start < 2
