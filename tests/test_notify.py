@@ -41,7 +41,11 @@ def test_one_notification_per_transaction(db):
     try:
         _drain(listener, 0.3)
         # 400 rows in one insert transaction: one notification, saying "ready".
-        results = ex.options(group="held").map(jobs.identity, range(400))  # rows are in once map() returns
+        # map() queues its rows; holding the writer while it does, then
+        # flushing, writes all 400 in one transaction.
+        with ex._scheduler._flush_lock:
+            results = ex.options(group="held").map(jobs.identity, range(400))
+            ex.flush()
         notes = _drain(listener)
         assert len(notes) == 1, notes
         sender, flags, ids = notes[0].split("\t")
