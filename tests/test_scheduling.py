@@ -47,7 +47,7 @@ def test_weights_3_to_1_share_one_slot_per_executor(db, executors):
     gate = time.time() + GATE
     for g in ("heavy", "light"):
         for k, ex in enumerate(exs):
-            # map() inserts 500 rows per transaction: both backlogs are in before the gate
+            # map() queues the rows and the ticks write them: both backlogs are in before the gate
             # opens. The light group's weight comes with its options (stored on submit).
             ex.options(group=g, weight=1 if g == "light" else None, run_after=gate).map(jobs.identity, range(k, 200, executors))
     _wait_done(db, 200)
