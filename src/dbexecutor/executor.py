@@ -24,7 +24,7 @@ from . import schema, serialization
 from .future import JobFuture
 from .pool import default_context
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
-from .store import Final, GroupInfo, NewJob, Store, Submitted
+from .store import GroupInfo, NewJob, Store, Submitted
 
 __all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
 
@@ -532,8 +532,7 @@ class DBExecutor(Executor):
         if job.key is None:
             # The next scheduler tick writes it, with every other submit since
             # the last commit, in the transaction that also claims work.
-            fut: JobFuture[Any] = JobFuture(None, self._scheduler.cancel_job, self._store.identity)  # type: ignore[arg-type]
-            self._scheduler.enqueue(job, fut)
+            fut = self._scheduler.enqueue(job)
             if job.run_after is not None:
                 self._scheduler.due(job.run_after)
             # Below a job known to have failed or been cancelled, the new job
@@ -570,15 +569,10 @@ class DBExecutor(Executor):
 
     def _settle(self, rows: Sequence[Submitted]) -> None:
         """Resolve the futures of rows that were final on arrival (a failed or cancelled upstream, a done key)."""
-        pending = ready = False
-        for row in rows:
-            if row.state in schema.FINAL_STATES:
-                self._scheduler.resolve(Final(row.job_id, row.state, row.result))
-            else:
-                pending = True
-                ready = ready or row.state == schema.READY
-        if pending:
-            self._scheduler.wake(work=ready)
+        self._scheduler.settle(rows)
+        unfinished = [row.state for row in rows if row.state not in schema.FINAL_STATES]
+        if unfinished:
+            self._scheduler.wake(work=schema.READY in unfinished)
 
     # -- map ------------------------------------------------------------------
 
@@ -623,9 +617,7 @@ class DBExecutor(Executor):
             if isinstance(call, JobFuture):  # could not be pickled: failed already, nothing stored
                 fs.append(call)
                 continue
-            fut: JobFuture[Any] = JobFuture(None, self._scheduler.cancel_job, self._store.identity)  # type: ignore[arg-type]
-            self._scheduler.enqueue(call, fut)
-            fs.append(fut)
+            fs.append(self._scheduler.enqueue(call))
             if call.run_after is not None:
                 delays.append(call.run_after)
         if delays:

@@ -163,14 +163,16 @@ class Scheduler:
             heapq.heappush(self._dues, when)
         self.wake()
 
-    def enqueue(self, job: NewJob, fut: JobFuture[Any]) -> None:
-        """Queue a submitted job for the next commit of submits; ``fut`` gets its id then."""
+    def enqueue(self, job: NewJob) -> JobFuture[Any]:
+        """Queue a submitted job for the next commit of submits; its future gets the id then."""
+        fut: JobFuture[Any] = JobFuture(None, self.cancel_job, self.store.identity)  # type: ignore[arg-type]
         fut._flusher = self.flush
         with self.lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
             self._pending.append((job, fut))
         self.wake(work=True)
+        return fut
 
     def flush(self) -> None:
         """Write every queued submit now, in the caller's thread (one transaction).
@@ -198,7 +200,7 @@ class Scheduler:
             if rows is None:
                 self._insert_one_by_one(items)
             else:
-                self._settle(rows)
+                self.settle(rows)
         self.wake(work=True)
 
     def _refused(self, error: Exception) -> bool:
@@ -214,11 +216,10 @@ class Scheduler:
         """Give written jobs their ids and track their futures. Hold ``lock``."""
         for (_, fut), row in zip(items, rows):
             fut.job_id = row.job_id
-            fut._canceller = self.cancel_job
             self.track(row.job_id, outstanding=row.state not in schema.FINAL_STATES, future=fut)
 
-    def _settle(self, rows: Sequence[Submitted]) -> None:
-        """Resolve the futures of rows that were final on arrival (a failed or cancelled upstream)."""
+    def settle(self, rows: Sequence[Submitted]) -> None:
+        """Resolve the futures of rows that were final on arrival (a failed or cancelled upstream, a done key)."""
         for row in rows:
             if row.state in schema.FINAL_STATES:
                 self.resolve(Final(row.job_id, row.state, row.result))
@@ -238,7 +239,7 @@ class Scheduler:
                     fut._set_exception_quietly(error)
                     continue
                 self._stored([(job, fut)], rows)
-            self._settle(rows)
+            self.settle(rows)
 
     def _drop_pending(self, error: BaseException | None) -> None:
         """Never write the queued submits: cancel their futures (``error``: fail them with it)."""
@@ -651,7 +652,7 @@ class Scheduler:
                 self._reports = []
                 with self.lock:
                     self._stored(items, inserted)
-        self._settle(inserted)
+        self.settle(inserted)
         if done is not None:
             for jid in done.lost:
                 log.warning("job %d: this attempt lost its lease (reclaimed elsewhere); its outcome was discarded", jid)
