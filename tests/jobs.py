@@ -113,6 +113,13 @@ def sum_list(xs: Any) -> Any:
     return sum(xs)
 
 
+def sleep_if(x: Any, slow: Any, seconds: float) -> Any:
+    """Return ``x`` at once, or after ``seconds`` when ``x == slow`` (one slow job among short ones)."""
+    if x == slow:
+        time.sleep(seconds)
+    return x
+
+
 def fail_on(x: Any, bad: Any) -> Any:
     """Return ``x``, or raise ``CustomError`` when ``x == bad``."""
     if x == bad:

@@ -31,6 +31,7 @@ __all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
 T = TypeVar("T")
 
 _MAP_BATCH = 500  # rows per insert transaction in Batch.map()
+_MAP_SLICE = 256  # jobs map() hands to the scheduler at a time
 
 
 def _default_workers() -> int:
@@ -610,16 +611,21 @@ class DBExecutor(Executor):
             chunks = iter(lambda: list(itertools.islice(items, chunksize)), [])
             calls = (self._prepare(_run_chunk, (fn, chunk), {}, (), opts, now, name) for chunk in chunks)
         # Queued like submits: the scheduler writes them with its ticks, in
-        # the transactions that also claim them.
+        # the transactions that also claim them. Handed over in slices: a
+        # short map reaches the scheduler whole (one tick writes and claims
+        # it all), a long one starts being written while the rest is pickled.
         fs: list[JobFuture[Any]] = []
         delays: list[float] = []
-        for call in calls:
-            if isinstance(call, JobFuture):  # could not be pickled: failed already, nothing stored
-                fs.append(call)
-                continue
-            fs.append(self._scheduler.enqueue(call))
-            if call.run_after is not None:
-                delays.append(call.run_after)
+        for part in iter(lambda: list(itertools.islice(calls, _MAP_SLICE)), []):
+            queued = [c for c in part if not isinstance(c, JobFuture)]
+            futures = iter(self._scheduler.enqueue_many(queued) if queued else [])
+            for call in part:
+                if isinstance(call, JobFuture):  # could not be pickled: failed already, nothing stored
+                    fs.append(call)
+                    continue
+                fs.append(next(futures))
+                if call.run_after is not None:
+                    delays.append(call.run_after)
         if delays:
             self._scheduler.due(min(delays))
         if self._durable_submit:

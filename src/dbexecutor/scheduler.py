@@ -43,6 +43,7 @@ _PREFETCH_BELOW = 0.05  # seconds: average run time under which a child gets mor
 _PREFETCH_WORK = 0.05  # seconds of (short) work a child may hold queued behind its running job
 _PREFETCH_MAX = 128  # at most this many jobs per child
 _PENDING_PER_TICK = 2000  # queued submits written per scheduler tick
+_LINGER_MAX = 0.02  # seconds a tick that would only record results may wait for the children to finish theirs
 _RETENTION_BATCH = 500  # jobs deleted per retention transaction
 
 
@@ -112,6 +113,7 @@ class Scheduler:
         self._poll_cursor = -1
         self._avg_run = 1.0  # seconds, moving average of recent run times
         self._results_seen = 0
+        self._tick_cost = 0.0  # seconds, moving average of transactions that recorded results
         self._next_renew = 0.0
         self._next_poll = 0.0
         self._next_reclaim = 0.0
@@ -165,14 +167,25 @@ class Scheduler:
 
     def enqueue(self, job: NewJob) -> JobFuture[Any]:
         """Queue a submitted job for the next commit of submits; its future gets the id then."""
-        fut: JobFuture[Any] = JobFuture(None, self.cancel_job, self.store.identity)  # type: ignore[arg-type]
-        fut._flusher = self.flush
+        return self.enqueue_many([job])[0]
+
+    def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobFuture[Any]]:
+        """Queue several jobs at once: one wake-up, so the next tick sees them all.
+
+        A tick woken by the first of a few jobs would write that one alone and
+        make the rest wait for its commit.
+        """
+        futures: list[JobFuture[Any]] = []
+        for _ in jobs:
+            fut: JobFuture[Any] = JobFuture(None, self.cancel_job, self.store.identity)  # type: ignore[arg-type]
+            fut._flusher = self.flush
+            futures.append(fut)
         with self.lock:
             if self._shutdown:
                 raise RuntimeError("cannot schedule new futures after shutdown")
-            self._pending.append((job, fut))
+            self._pending.extend(zip(jobs, futures))
         self.wake(work=True)
-        return fut
+        return futures
 
     def flush(self) -> None:
         """Write every queued submit now, in the caller's thread (one transaction).
@@ -397,6 +410,7 @@ class Scheduler:
                 self._retired.remove(c)
                 _close(c)
         self._check_timeouts()
+        self._linger()
         now = time.monotonic()
         if now >= self._next_reclaim:
             self._next_reclaim = now + min(self.s.lease_ttl / 2, 5.0)
@@ -482,11 +496,49 @@ class Scheduler:
                     os.read(self._wake_r, 4096)
                 except BlockingIOError:
                     pass
+        self._handle(ready)
+
+    def _handle(self, ready: set[Any]) -> None:
+        """Read the children's messages and notice their deaths among ``ready``."""
         for c in list(self._children):
             if c.conn in ready:
                 self._receive(c)
             elif c.process.sentinel in ready:
                 self._child_died(c)
+
+    def _linger(self) -> None:
+        """Before a tick that would only record results, let the children finish what they hold.
+
+        When the jobs still queued in the children will be done in less than
+        a tick's transaction takes, one transaction later records them all:
+        the last result is written sooner than by a tick now and another
+        after. The first results wait at most that long (``_LINGER_MAX``). A
+        submit, a cancel or a shutdown (any wake-up) ends the wait at once.
+        """
+        if not self._reports or self._tick_cost <= 0.0:
+            return
+        busy = [c for c in self._children if c.queue]
+        if not busy:
+            return
+        budget = min(self._tick_cost, _LINGER_MAX)
+        if max(len(c.queue) for c in busy) * self._avg_run > budget:
+            return  # longer than a tick: record what is there now
+        deadline = time.monotonic() + budget
+        while True:
+            with self.lock:
+                if self._pending or self._shutdown:
+                    return
+            busy = [c for c in self._children if c.queue]
+            left = deadline - time.monotonic()
+            if not busy or left <= 0.0:
+                return
+            objs: list[Any] = [self._wake_r]
+            for c in busy:
+                objs += [c.conn, c.process.sentinel]
+            ready = set(mp_wait(objs, left))
+            if self._wake_r in ready:
+                return  # left unread: the next tick's wait consumes it
+            self._handle(ready)
 
     def _receive(self, c: Child) -> None:
         while True:
@@ -637,9 +689,13 @@ class Scheduler:
                 done = None
             else:
                 try:
+                    started = time.monotonic()
                     inserted, done, claimed = self.store.finish_and_claim(
                         self._reports, self.owner, limit, self.s.lease_ttl, now, [job for job, _ in items]
                     )
+                    if self._reports:
+                        took = time.monotonic() - started
+                        self._tick_cost = took if not self._tick_cost else 0.8 * self._tick_cost + 0.2 * took
                 except (DBAPIError, ValueError) as error:
                     self._requeue(items)
                     if not items or not self._refused(error):

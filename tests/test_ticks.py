@@ -1,0 +1,72 @@
+"""How the scheduler groups work into transactions.
+
+A short ``map`` reaches the scheduler whole, so one transaction writes and
+claims all of it. A tick that would only record results first lets the
+children finish the short jobs they hold, when that takes less than a
+transaction, and records them together; any wake-up (a submit) ends that wait.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jobs
+from dbexecutor import DBExecutor
+from dbexecutor import scheduler as scheduler_module
+
+
+def _record_ticks(ex: DBExecutor) -> list[tuple[int, int]]:
+    """(rows inserted, results recorded) of each of the scheduler's transactions from now on."""
+    calls: list[tuple[int, int]] = []
+    store = ex._store
+    real = store.finish_and_claim
+
+    def recorded(reports: Any, owner: Any, limit: Any, ttl: Any, now: Any, new: Any = ()) -> Any:
+        calls.append((len(new), len(reports)))
+        return real(reports, owner, limit, ttl, now, new)
+
+    store.finish_and_claim = recorded  # type: ignore[method-assign]
+    return calls
+
+
+def _warm(ex: DBExecutor) -> None:
+    # Children started, and the scheduler has seen enough results to know the jobs are short.
+    assert list(ex.map(jobs.identity, range(100))) == list(range(100))
+
+
+def test_a_short_map_is_written_and_claimed_by_one_transaction(db):
+    ex = db.executor(2)
+    _warm(ex)
+    ticks = _record_ticks(ex)
+    assert list(ex.map(jobs.identity, range(200))) == list(range(200))
+    assert [n for n, _ in ticks if n] == [200]
+    assert sum(r for _, r in ticks) == 200
+
+
+def test_results_of_short_jobs_are_recorded_together(db, monkeypatch):
+    monkeypatch.setattr(scheduler_module, "_LINGER_MAX", 30.0)
+    ex = db.executor(2)
+    _warm(ex)
+    ex._scheduler._tick_cost = 30.0  # as if a transaction took 30 s: wait for any short job
+    ticks = _record_ticks(ex)
+    # Nine jobs return at once and one sleeps: the nine results wait for the
+    # tenth (expected short from the history), and one transaction records all.
+    assert list(ex.map(jobs.sleep_if, range(10), [9] * 10, [0.5] * 10)) == list(range(10))
+    assert [r for _, r in ticks if r] == [10], ticks
+
+
+def test_a_submit_ends_the_wait_for_running_jobs(db, monkeypatch):
+    monkeypatch.setattr(scheduler_module, "_LINGER_MAX", 30.0)
+    ex = db.executor(2)
+    _warm(ex)
+    ex._scheduler._tick_cost = 30.0
+    results = ex.map(jobs.sleep_if, range(10), [9] * 10, [10.0] * 10)
+    time.sleep(0.5)  # the nine short jobs have reported to the parent, which waits for the tenth
+    start = time.monotonic()
+    extra = ex.submit(jobs.identity, "x")
+    # The submit wakes the scheduler: it writes the nine results with the new row.
+    assert [next(results) for _ in range(9)] == list(range(9))
+    assert time.monotonic() - start < 5.0
+    assert extra.result(timeout=30) == "x"
+    assert next(results) == 9
