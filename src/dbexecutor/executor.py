@@ -617,15 +617,11 @@ class DBExecutor(Executor):
         fs: list[JobFuture[Any]] = []
         delays: list[float] = []
         for part in iter(lambda: list(itertools.islice(calls, _MAP_SLICE)), []):
+            # A JobFuture in the slice could not be pickled: failed already, nothing to store.
             queued = [c for c in part if not isinstance(c, JobFuture)]
-            futures = iter(self._scheduler.enqueue_many(queued) if queued else [])
-            for call in part:
-                if isinstance(call, JobFuture):  # could not be pickled: failed already, nothing stored
-                    fs.append(call)
-                    continue
-                fs.append(next(futures))
-                if call.run_after is not None:
-                    delays.append(call.run_after)
+            futures = iter(self._scheduler.enqueue_many(queued))
+            fs.extend(c if isinstance(c, JobFuture) else next(futures) for c in part)
+            delays.extend(c.run_after for c in queued if c.run_after is not None)
         if delays:
             self._scheduler.due(min(delays))
         if self._durable_submit:

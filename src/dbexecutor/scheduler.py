@@ -175,6 +175,8 @@ class Scheduler:
         A tick woken by the first of a few jobs would write that one alone and
         make the rest wait for its commit.
         """
+        if not jobs:
+            return []
         futures: list[JobFuture[Any]] = []
         for _ in jobs:
             fut: JobFuture[Any] = JobFuture(None, self.cancel_job, self.store.identity)  # type: ignore[arg-type]
