@@ -8,8 +8,11 @@ transaction, and records them together; any wake-up (a submit) ends that wait.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
+
+import pytest
 
 import jobs
 from dbexecutor import DBExecutor
@@ -70,3 +73,16 @@ def test_a_submit_ends_the_wait_for_running_jobs(db, monkeypatch):
     assert time.monotonic() - start < 5.0
     assert extra.result(timeout=30) == "x"
     assert next(results) == 9
+
+
+def test_map_keeps_order_around_an_item_that_cannot_be_pickled(db):
+    ex = db.executor(2)
+    items: list[Any] = list(range(300))
+    items[257] = threading.Lock()  # in map's second slice of 256
+    results = ex.map(jobs.identity, items)
+    assert [next(results) for _ in range(257)] == list(range(257))
+    with pytest.raises(TypeError, match="pickle"):
+        next(results)
+    assert list(results) == []  # as ProcessPoolExecutor.map: the iterator ends at the first error
+    # Nothing was stored for the item that failed; every other item has its row.
+    assert len(db.jobs()) == 299
