@@ -450,19 +450,33 @@ class Store:
             nonlocal groups
             groups = self._ensure_groups(conn, jobs)
             out = self._insert_many(conn, jobs, now)
-            self._notify_inserted(conn, jobs, out, now)
+            self._notify_changes(conn, jobs, out, now)
             return out
 
         out = self._txn(work)
         self._groups_done(groups)
         return out
 
-    def _notify_inserted(self, conn: Connection, jobs: Sequence[NewJob], rows: Sequence[Submitted], now: float) -> None:
-        self._notify(
-            conn,
-            ready=any(self._runnable_row(job, row, now) for job, row in zip(jobs, rows)),
-            finished=[r.job_id for r in rows if r.state in schema.FINAL_STATES],
+    def _notify_changes(
+        self,
+        conn: Connection,
+        jobs: Sequence[NewJob],
+        rows: Sequence[Submitted],
+        now: float,
+        done: Finished | None = None,
+        taken: set[int] | frozenset[int] = frozenset(),
+    ) -> None:
+        """Tell other processes what this transaction changed (delivered at its commit).
+
+        Work is ready if a finish released or retried jobs, or a new row is
+        runnable and not among ``taken`` (rows this transaction leased itself);
+        finished: the jobs ``done`` finalized and new rows already final.
+        """
+        ready = bool(done and (done.released or done.retried)) or any(
+            self._runnable_row(job, row, now) and row.job_id not in taken for job, row in zip(jobs, rows)
         )
+        finished = [f.job_id for f in done.finals] if done else []
+        self._notify(conn, ready=ready, finished=finished + [r.job_id for r in rows if r.state in schema.FINAL_STATES])
 
     def _insert_many(self, conn: Connection, jobs: Sequence[NewJob], now: float) -> list[Submitted]:
         """Insert ``jobs`` (no keys) in the caller's transaction, ids in input order.
@@ -578,12 +592,7 @@ class Store:
             done = self._finish(conn, reports, now) if reports else Finished([], [], [])
             claimed = self._claim(conn, owner, limit, ttl, now) if limit > 0 else []
             # New rows this transaction claimed itself are nobody else's news.
-            taken = {c.job_id for c in claimed}
-            ready = bool(done.released or done.retried) or any(
-                self._runnable_row(job, row, now) and row.job_id not in taken for job, row in zip(new, inserted)
-            )
-            finished = [f.job_id for f in done.finals] + [r.job_id for r in inserted if r.state in schema.FINAL_STATES]
-            self._notify(conn, ready=ready, finished=finished)
+            self._notify_changes(conn, new, inserted, now, done, taken={c.job_id for c in claimed})
             return inserted, done, claimed
 
         out = self._txn(work)
@@ -934,39 +943,42 @@ class Store:
         """Mark the successful attempts done; return the ids whose token still held.
 
         Every row is guarded by ``(id, attempt)`` and an active state. Where the
-        dialect has a set-based form (PostgreSQL) it is one statement for the
-        batch; otherwise an executemany.
+        dialect has a set-based form (PostgreSQL, MySQL) it is one statement per
+        chunk; otherwise an executemany.
         """
         if not reports:
             return set()
         j = self.tables.jobs
-        rows = [(r.job_id, r.attempt, r.blob) for r in reports]
-        won = self.dialect.finish_many(conn, j, rows, now)
-        if won is not None:
-            return won
-        stmt = (
-            update(j)
-            .where(j.c.id == bindparam("b_id"), j.c.attempt == bindparam("b_attempt"), self._active)
-            .values(
-                state=schema.DONE,
-                result=bindparam("b_result"),
-                error=None,
-                finished_at=now,
-                lease_owner=None,
-                lease_expires=None,
+        won = self.dialect.finish_many(conn, j, [(r.job_id, r.attempt, r.blob) for r in reports], now)
+        if won is None:
+            stmt = (
+                update(j)
+                .where(j.c.id == bindparam("b_id"), j.c.attempt == bindparam("b_attempt"), self._active)
+                .values(
+                    state=schema.DONE,
+                    result=bindparam("b_result"),
+                    error=None,
+                    finished_at=now,
+                    lease_owner=None,
+                    lease_expires=None,
+                )
             )
-        )
-        params = [{"b_id": r.job_id, "b_attempt": r.attempt, "b_result": r.blob} for r in reports]
-        res = conn.execute(stmt, params) if len(params) > 1 else conn.execute(stmt, params[0])
-        if res.rowcount == len(reports) and (len(params) == 1 or self.engine.dialect.supports_sane_multi_rowcount):
-            return {r.job_id for r in reports}
-        # Some lease was lost (or the driver cannot count an executemany): the
-        # token tells which rows our statement finalized.
-        mine = {(r.job_id, r.attempt) for r in reports}
-        found = conn.execute(
-            select(j.c.id, j.c.attempt).where(j.c.id.in_([r.job_id for r in reports]), j.c.state == schema.DONE)
-        ).all()
-        return {int(r.id) for r in found if (int(r.id), r.attempt) in mine}
+            params = [{"b_id": r.job_id, "b_attempt": r.attempt, "b_result": r.blob} for r in reports]
+            res = conn.execute(stmt, params) if len(params) > 1 else conn.execute(stmt, params[0])
+            counted = res.rowcount == len(reports) and (len(params) == 1 or self.engine.dialect.supports_sane_multi_rowcount)
+            won = {r.job_id for r in reports} if counted else set()
+        unsure = [r for r in reports if r.job_id not in won]
+        if unsure:
+            # Some lease was lost, or the statement only gave a count that fell
+            # short: the token tells which rows this transaction finalized.
+            mine = {(r.job_id, r.attempt) for r in unsure}
+            found = conn.execute(
+                select(j.c.id, j.c.attempt).where(
+                    j.c.id.in_([r.job_id for r in unsure]), j.c.state == schema.DONE
+                )
+            ).all()
+            won |= {int(r.id) for r in found if (int(r.id), r.attempt) in mine}
+        return won
 
     def _dependents(self, conn: Connection, upstream: Sequence[int]) -> list[tuple[int, int, bool]]:
         """``(dependent, upstream, dependent is a batch)`` for every edge out of ``upstream``."""
