@@ -120,14 +120,16 @@ def test_a_lost_lease_is_not_released(db, tmp_path):
     store = db.store()
     try:
         ex = db.executor(1, run_jobs=False)
-        fut = ex.submit(jobs.add, 1, 2)
+        # Read before the transaction below: job_id may have to store the row
+        # first, which on SQLite would wait for that transaction's write lock.
+        job_id = ex.submit(jobs.add, 1, 2).job_id
         j = store.tables.jobs
         with store.engine.begin() as conn:  # as if claimed twice: attempt 2 holds it now
-            conn.execute(update(j).where(j.c.id == fut.job_id).values(state="running", attempt=2, lease_expires=time.time() + 60))
-        assert store.release_running([(fut.job_id, 1, None)], "w:1", time.time(), "test") == []
+            conn.execute(update(j).where(j.c.id == job_id).values(state="running", attempt=2, lease_expires=time.time() + 60))
+        assert store.release_running([(job_id, 1, None)], "w:1", time.time(), "test") == []
         with store.engine.connect() as conn:
-            assert conn.execute(select(j.c.state, j.c.attempt).where(j.c.id == fut.job_id)).one() == ("running", 2)
-        assert store.release_running([(fut.job_id, 2, None)], "w:1", time.time(), "test") == [fut.job_id]
-        assert db.row(fut.job_id).state == "ready"
+            assert conn.execute(select(j.c.state, j.c.attempt).where(j.c.id == job_id)).one() == ("running", 2)
+        assert store.release_running([(job_id, 2, None)], "w:1", time.time(), "test") == [job_id]
+        assert db.row(job_id).state == "ready"
     finally:
         store.close()
