@@ -120,6 +120,13 @@ def sleep_if(x: Any, slow: Any, seconds: float) -> Any:
     return x
 
 
+def wait_if(x: Any, slow: Any, path: str) -> Any:
+    """Return ``x`` at once, or once ``path`` exists when ``x == slow`` (one held job among short ones)."""
+    if x == slow:
+        wait_for_file(path)
+    return x
+
+
 def fail_on(x: Any, bad: Any) -> Any:
     """Return ``x``, or raise ``CustomError`` when ``x == bad``."""
     if x == bad:

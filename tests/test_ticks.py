@@ -59,18 +59,20 @@ def test_results_of_short_jobs_are_recorded_together(db, monkeypatch):
     assert [r for _, r in ticks if r] == [10], ticks
 
 
-def test_a_submit_ends_the_wait_for_running_jobs(db, monkeypatch):
+def test_a_submit_ends_the_wait_for_running_jobs(db, monkeypatch, tmp_path):
     monkeypatch.setattr(scheduler_module, "_LINGER_MAX", 30.0)
     ex = db.executor(2)
     _warm(ex)
     ex._scheduler._tick_cost = 30.0
-    results = ex.map(jobs.sleep_if, range(10), [9] * 10, [10.0] * 10)
+    gate = str(tmp_path / "gate")  # holds the tenth job until the nine are checked
+    results = ex.map(jobs.wait_if, range(10), [9] * 10, [gate] * 10)
     time.sleep(0.5)  # the nine short jobs have reported to the parent, which waits for the tenth
     start = time.monotonic()
     extra = ex.submit(jobs.identity, "x")
     # The submit wakes the scheduler: it writes the nine results with the new row.
     assert [next(results) for _ in range(9)] == list(range(9))
     assert time.monotonic() - start < 5.0
+    open(gate, "w").close()  # before extra's result: extra may be queued behind the held job
     assert extra.result(timeout=30) == "x"
     assert next(results) == 9
 
