@@ -20,8 +20,8 @@ def test_finals_and_results_take_id_lists_of_any_length(db, tmp_path):
     done = [f.job_id for f in futures]
     gate = str(tmp_path / "gate")
     held = ex.submit(jobs.wait_for_file, gate)  # running, not final, until the end
-    waiting = held.job_id
-    unknown = max(done + [waiting]) + 1000
+    running = held.job_id
+    unknown = max(done + [running]) + 1000
     stored = {int(r.id): r.result for r in db.jobs()}
     store = db.store()
     texts: list[str] = []
@@ -34,7 +34,7 @@ def test_finals_and_results_take_id_lists_of_any_length(db, tmp_path):
     try:
         seen: dict[str, set[str]] = {"finals": set(), "results": set()}
         for n in (0, 1, 2, 17, 300):
-            asked = done[:n] + [waiting, unknown]
+            asked = done[:n] + [running, unknown]
             texts.clear()
             finals = store.finals(asked)
             seen["finals"].update(texts)

@@ -240,15 +240,12 @@ class SQLiteDialect(Dialect):
         # for each length, and the sqlite3 module keeps up to 128 prepared
         # statements per connection, each holding its list's parameters: the
         # parent's memory grew by megabytes as batch sizes varied.
-        return column.in_(select(_json_each(json.dumps(list(ids))).c.value))
+        each = func.json_each(bindparam(None, json.dumps(list(ids)))).table_valued("value")
+        return column.in_(select(each.c.value))
 
     def is_transient(self, error: DBAPIError) -> bool:
         message = str(error.orig).lower()
         return super().is_transient(error) or "database is locked" in message or "database is busy" in message
-
-
-def _json_each(ids: str) -> Any:
-    return func.json_each(bindparam(None, ids)).table_valued("value")
 
 
 class PostgreSQLDialect(Dialect):

@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -464,7 +465,7 @@ class Store:
         rows: Sequence[Submitted],
         now: float,
         done: Finished | None = None,
-        taken: set[int] | frozenset[int] = frozenset(),
+        taken: AbstractSet[int] = frozenset(),
     ) -> None:
         """Tell other processes what this transaction changed (delivered at its commit).
 
