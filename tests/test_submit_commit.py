@@ -87,27 +87,30 @@ def test_a_dependency_on_a_queued_job_writes_it_first(db):
     assert a.job_id < b.job_id < c.job_id
 
 
-def test_a_refused_row_fails_only_its_own_future(db):
+def test_a_refused_row_fails_only_its_own_future(db, tmp_path):
     """A job whose upstream was purged after it finished is refused; the rest of its commit goes in."""
     ex = db.executor(2)
+    gate = str(tmp_path / "gate")
+    held = ex.submit(jobs.wait_for_file, gate, 10)  # not finished: never purged
     gone = ex.submit(jobs.identity, 0)
     assert gone.result(timeout=T) == 0
+    assert held.job_id is not None
     store = db.store()
     try:
         assert store.purge(time.time() + 60) == 1  # deletes the finished upstream row
     finally:
         store.close()
-    with ex._scheduler._flush_lock:  # hold the writer so that all three go in one commit
-        before = ex.submit(jobs.identity, 1)
+    with ex._scheduler._flush_lock:  # hold the writer so that all go in one commit
+        before = [ex.submit(jobs.identity, 1), ex.submit(jobs.add, held, 1)]
         orphan = ex.submit(jobs.identity, 2, after=[gone])
-        after = ex.submit(jobs.identity, 3)
-    assert before.result(timeout=T) == 1
-    assert after.result(timeout=T) == 3
-    assert before.job_id > gone.job_id, "a purged job's id is never handed out again"
+        after = [ex.submit(jobs.add, held, 3), ex.submit(jobs.identity, 3)]
+    open(gate, "w").close()
+    assert [f.result(timeout=T) for f in before + after] == [1, 11, 13, 3]
+    assert before[0].job_id > gone.job_id, "a purged job's id is never handed out again"
     with pytest.raises(ValueError, match="do not exist"):
         orphan.result(timeout=T)
     assert orphan.job_id is None
-    assert sorted(r.state for r in db.jobs()) == ["done", "done"]
+    assert sorted(r.state for r in db.jobs()) == ["done"] * 5
 
 
 def test_shutdown_writes_and_runs_what_was_queued(db):

@@ -41,7 +41,7 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Engine, Row
 from sqlalchemy.exc import DBAPIError, IntegrityError, InterfaceError, NoSuchModuleError, OperationalError
 
 from . import schema, serialization
@@ -397,15 +397,48 @@ class Store:
 
     def _insert_with_deps(self, conn: Connection, job: NewJob, now: float) -> Submitted:
         """Insert one job (no key lookup) with its edges, in the caller's transaction."""
+        row = self._row_after(job, self._lock_upstream(conn, job.deps), now)
+        # A batch is never ready: with every child already done it is rolled up below.
+        roll_up_now = job.batch and row["state"] == schema.READY
+        if roll_up_now:
+            row["state"] = schema.WAITING
+        job_id = self._insert_one(conn, row)
+        self._insert_edges(conn, [job], [job_id])
+        if roll_up_now:
+            final = self._roll_up(conn, [job_id], now)[0]
+            return Submitted(job_id, final.state, final.result)
+        return Submitted(job_id, row["state"], row["result"])
+
+    def _lock_upstream(self, conn: Connection, ids: Iterable[int]) -> dict[int, Row[Any]]:
+        """The rows of the jobs ``ids`` depend on, locked until the transaction ends.
+
+        Locked in id order, in as few statements as the list allows: however
+        many jobs a transaction inserts, their upstream rows cost one round
+        trip, not one per job. While locked, an upstream cannot finish between
+        "count open dependencies" and "insert edges" and leave a job waiting
+        forever. ``result`` is read only for failed rows (it is what a
+        dependent inherits); a fan-in over large results does not load them.
+        """
         j = self.tables.jobs
+        found: dict[int, Row[Any]] = {}
+        for part in _chunks(sorted(set(ids))):
+            stmt = (
+                select(j.c.id, j.c.state, case((j.c.state == schema.FAILED, j.c.result)).label("result"), j.c.finished_at)
+                .where(self.dialect.in_ids(j.c.id, part))
+                .order_by(j.c.id)
+            )
+            found.update((r.id, r) for r in conn.execute(self.dialect.for_update(stmt)))
+        return found
+
+    def _row_after(self, job: NewJob, upstream: dict[int, Row[Any]], now: float) -> dict[str, Any]:
+        """``job``'s new row, its state decided by its (locked) upstream rows."""
         state, result, error, finished = schema.READY, None, None, None
         open_deps = 0
         if job.deps:
-            stmt = select(j.c.id, j.c.state, j.c.result, j.c.finished_at).where(j.c.id.in_(job.deps)).order_by(j.c.id)
-            rows = conn.execute(self.dialect.for_update(stmt)).all()
-            missing = set(job.deps) - {r.id for r in rows}
-            if missing:
-                raise ValueError(f"dependency job(s) {sorted(missing)} do not exist in this database")
+            rows = [upstream[d] for d in job.deps if d in upstream]
+            if len(rows) < len(job.deps):
+                missing = sorted(set(job.deps) - upstream.keys())
+                raise ValueError(f"dependency job(s) {missing} do not exist in this database")
             # The first failure (in time) decides, as when it happens later.
             for r in sorted(rows, key=lambda r: (r.state != schema.FAILED, r.finished_at or 0.0, r.id)):
                 if r.state == schema.FAILED:
@@ -421,25 +454,18 @@ class Store:
             open_deps = sum(r.state != schema.DONE for r in rows)
             if state == schema.READY and open_deps:
                 state = schema.WAITING
-        # A batch is never ready: with every child already done it is rolled up below.
-        roll_up_now = job.batch and state == schema.READY
-        if roll_up_now:
-            state = schema.WAITING
         row = self._row(job, state, now, open_deps)
         row.update(result=result, error=error, finished_at=finished)
-        job_id = self._insert_one(conn, row)
-        if job.deps:
-            conn.execute(
-                insert(self.tables.deps),
-                [
-                    {"job_id": job_id, "depends_on_id": d, "position": i if job.batch else None}
-                    for i, d in enumerate(job.deps)
-                ],
-            )
-        if roll_up_now:
-            final = self._roll_up(conn, [job_id], now)[0]
-            state, result = final.state, final.result
-        return Submitted(int(job_id), state, result)
+        return row
+
+    def _insert_edges(self, conn: Connection, jobs: Sequence[NewJob], ids: Sequence[int]) -> None:
+        """The dependency edges of ``jobs``, just inserted as ``ids`` (a batch's keep their positions)."""
+        edges = [
+            {"job_id": job_id, "depends_on_id": d, "position": i if job.batch else None}
+            for job, job_id in zip(jobs, ids)
+            for i, d in enumerate(job.deps)
+        ]
+        self._insert_rows(conn, self.tables.deps, edges)
 
     def insert_jobs(self, jobs: Sequence[NewJob], now: float) -> list[Submitted]:
         """Insert many rows without keys in one transaction; rows in input order."""
@@ -482,41 +508,50 @@ class Store:
     def _insert_many(self, conn: Connection, jobs: Sequence[NewJob], now: float) -> list[Submitted]:
         """Insert ``jobs`` (no keys) in the caller's transaction, ids in input order.
 
-        Runs of jobs without dependencies go in as one multi-row statement where
-        the driver returns ids in order; the others one by one, their upstream
-        rows locked (see :meth:`insert_job`).
+        Every upstream row is locked first in one go (see :meth:`_lock_upstream`);
+        then each run of jobs goes in as one multi-row statement, with one more
+        for all their edges. Only a batch (rolled up on insert) goes alone.
         """
         if any(job.key is not None for job in jobs):
             raise ValueError("keyed jobs go through insert_job, which looks the key up first")
-        j = self.tables.jobs
-        bulk = getattr(self.engine.dialect, "insert_executemany_returning_sort_by_parameter_order", False)
+        upstream = self._lock_upstream(conn, [d for job in jobs if not job.batch for d in job.deps])
         out: list[Submitted] = []
         i = 0
         while i < len(jobs):
-            if jobs[i].deps or jobs[i].batch:
+            if jobs[i].batch:
                 out.append(self._insert_with_deps(conn, jobs[i], now))
                 i += 1
                 continue
             end = i
-            while end < len(jobs) and not (jobs[end].deps or jobs[end].batch):
+            while end < len(jobs) and not jobs[end].batch:
                 end += 1
-            rows = [self._row(job, schema.READY, now) for job in jobs[i:end]]
-            reserved = self.dialect.reserve_ids(conn, j, len(rows)) if len(rows) > 1 else None
-            if reserved is not None:
-                for row, job_id in zip(rows, reserved):
-                    row["id"] = job_id
-                self._insert_rows(conn, j, rows)
-                ids = reserved
-            elif len(rows) > 1 and (got := self.dialect.insert_returning_ids(conn, j, rows)) is not None:
-                ids = got
-            elif bulk and len(rows) > 1:
-                stmt = insert(j).returning(j.c.id, sort_by_parameter_order=True)
-                ids = [int(x) for x in conn.execute(stmt, rows).scalars()]
-            else:  # no RETURNING with executemany (MySQL): one statement per row, still one commit
-                ids = [self._insert_one(conn, row) for row in rows]
-            out += [Submitted(x, schema.READY) for x in ids]
+            run = jobs[i:end]
+            rows = [self._row_after(job, upstream, now) for job in run]
+            ids = self._insert_job_rows(conn, rows)
+            self._insert_edges(conn, run, ids)
+            out += [Submitted(x, row["state"], row["result"]) for x, row in zip(ids, rows)]
             i = end
         return out
+
+    def _insert_job_rows(self, conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
+        """Insert job ``rows`` (same keys each); their new ids, in row order."""
+        j = self.tables.jobs
+        if len(rows) == 1:
+            return [self._insert_one(conn, rows[0])]
+        reserved = self.dialect.reserve_ids(conn, j, len(rows))
+        if reserved is not None:
+            for row, job_id in zip(rows, reserved):
+                row["id"] = job_id
+            self._insert_rows(conn, j, rows)
+            return reserved
+        got = self.dialect.insert_returning_ids(conn, j, rows)
+        if got is not None:
+            return got
+        if getattr(self.engine.dialect, "insert_executemany_returning_sort_by_parameter_order", False):
+            stmt = insert(j).returning(j.c.id, sort_by_parameter_order=True)
+            return [int(x) for x in conn.execute(stmt, rows).scalars()]
+        # No RETURNING with executemany (MySQL): one statement per row, still one commit.
+        return [self._insert_one(conn, row) for row in rows]
 
     def _insert_rows(self, conn: Connection, table: Any, rows: list[dict[str, Any]]) -> None:
         """Insert ``rows`` (same keys each): set-based where the dialect can, else an executemany."""
