@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import insert, text
+from sqlalchemy import insert, select, text
 
 from dbexecutor import schema
 
@@ -56,3 +56,42 @@ def test_claim_uses_the_ready_index(db):
     claimed = store.claim("plan-test", 8, 30.0, time.time())
     assert len(claimed) == 8
     store.close()
+
+
+def test_edges_out_of_finished_jobs_are_found_by_index_without_statistics(db):
+    """Releasing dependents looks each finished job's edges up by index, even before any ANALYZE.
+
+    Without statistics (a young table, or autovacuum off) PostgreSQL took
+    "depends_on_id = ANY(300 ids)" to match most of the edge table and
+    hash-joined sequential scans of both tables: each finish then cost
+    time proportional to every job ever stored.
+    """
+    store = db.store()
+    j, d = store.tables.jobs, store.tables.deps
+    now = time.time()
+    with store.engine.begin() as conn:
+        conn.execute(insert(j), [{"state": schema.DONE, "fn_name": "f", "payload": b"x", "created_at": now}] * 6000)
+        ids = [int(i) for i in conn.execute(select(j.c.id).order_by(j.c.id)).scalars()]
+        root, uppers, lowers = ids[0], ids[1:3001], ids[3001:]
+        # One upstream with 2,999 dependents skews any estimate; the others have one each.
+        edges = [{"job_id": x, "depends_on_id": root} for x in lowers] + [
+            {"job_id": x, "depends_on_id": u} for u, x in zip(uppers, lowers)
+        ]
+        conn.execute(insert(d), edges)
+    asked = uppers[:300]
+    stmt = store.dialect.edges_out(d, j, asked)
+    with store.engine.connect() as conn:
+        found = sorted((int(a), int(b)) for a, b, _ in conn.execute(stmt))
+        plan = store.dialect.explain(conn, stmt)
+    store.close()
+    assert found == sorted((x, u) for u, x in zip(asked, lowers))
+    text_plan = "\n".join(plan)
+    if db.kind == "postgresql":
+        assert "Seq Scan" not in text_plan and "Hash Join" not in text_plan, text_plan
+    elif db.kind == "sqlite":
+        assert f"SCAN {d.name}" not in text_plan and f"SCAN {j.name}" not in text_plan, text_plan
+    else:
+        for line in plan:
+            cells = [c.strip() for c in line.split("|")]
+            if cells[2] in (d.name, j.name):
+                assert cells[4] != "ALL", line

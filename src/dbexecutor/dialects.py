@@ -20,7 +20,24 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, ClassVar
 
-from sqlalchemy import ARRAY, BigInteger, ColumnElement, Insert, Select, Table, TextClause, any_, bindparam, event, func, insert, select, text
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    ColumnElement,
+    Insert,
+    Select,
+    Table,
+    TextClause,
+    any_,
+    bindparam,
+    event,
+    func,
+    insert,
+    literal_column,
+    select,
+    text,
+    true,
+)
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
@@ -96,6 +113,11 @@ class Dialect:
     def in_ids(self, column: Any, ids: Sequence[int]) -> ColumnElement[bool]:
         """``column`` is one of ``ids`` (a list of job ids)."""
         return column.in_(list(ids))
+
+    def edges_out(self, deps: Table, jobs: Table, ids: Sequence[int]) -> Select[Any]:
+        """``(job_id, depends_on_id, batch)`` of every edge out of the jobs ``ids`` (``batch``: the dependent's)."""
+        stmt = select(deps.c.job_id, deps.c.depends_on_id, jobs.c.batch).join(jobs, jobs.c.id == deps.c.job_id)
+        return stmt.where(self.in_ids(deps.c.depends_on_id, ids))
 
     @contextlib.contextmanager
     def schema_lock(self, conn: Connection, name: str) -> Iterator[None]:
@@ -265,6 +287,38 @@ class PostgreSQLDialect(Dialect):
         from sqlalchemy.dialects.postgresql import insert as pg_insert
 
         return pg_insert(table).on_conflict_do_nothing()
+
+    def setup_engine(self, engine: Engine) -> None:
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_conn: Any, _record: Any) -> None:
+            # No JIT compilation: every statement here is short, and a cost
+            # estimate made without statistics (a table autovacuum has not
+            # analyzed yet) can pass jit_above_cost and add a compile of
+            # 100+ ms to a lookup of a millisecond.
+            with dbapi_conn.cursor() as cur:
+                cur.execute("SET jit = off")
+            dbapi_conn.commit()
+
+    def edges_out(self, deps: Table, jobs: Table, ids: Sequence[int]) -> Select[Any]:
+        # One index lookup per upstream id, whatever the planner believes:
+        # without statistics (before the first ANALYZE, or with autovacuum
+        # off) it takes "depends_on_id = ANY(ids)" to match a large share of
+        # the edge table for a few hundred ids and hash-joins sequential scans
+        # of both tables, so every finish got slower as the tables grew.
+        # OFFSET 0 keeps the LATERAL subquery from being flattened into
+        # that join again.
+        u = func.unnest(bindparam(None, list(ids), type_=ARRAY(BigInteger))).table_valued("id").render_derived(name="u")
+        # The dependent's batch flag as a primary-key lookup per edge: joined,
+        # the same missing statistics made the planner hash-join a scan of
+        # the jobs table once per upstream id.
+        batch = select(jobs.c.batch).where(jobs.c.id == deps.c.job_id).scalar_subquery()
+        edges = (
+            select(deps.c.job_id, deps.c.depends_on_id, batch.label("batch"))
+            .where(deps.c.depends_on_id == u.c.id)
+            .offset(literal_column("0"))
+            .lateral("e")
+        )
+        return select(edges.c.job_id, edges.c.depends_on_id, edges.c.batch).select_from(u).join(edges, true())
 
     def id_in(self, column: Any, ids: Select[Any]) -> ColumnElement[bool]:
         # id = ANY(ARRAY(subquery)): the subquery runs once and the update finds

@@ -1018,11 +1018,9 @@ class Store:
 
     def _dependents(self, conn: Connection, upstream: Sequence[int]) -> list[tuple[int, int, bool]]:
         """``(dependent, upstream, dependent is a batch)`` for every edge out of ``upstream``."""
-        d, j = self.tables.deps, self.tables.jobs
         pairs: list[Any] = []
         for chunk in _chunks(list(upstream)):
-            stmt = select(d.c.job_id, d.c.depends_on_id, j.c.batch).join(j, j.c.id == d.c.job_id)
-            pairs += conn.execute(stmt.where(self.dialect.in_ids(d.c.depends_on_id, chunk))).all()
+            pairs += conn.execute(self.dialect.edges_out(self.tables.deps, self.tables.jobs, chunk)).all()
         return [(int(a), int(b), bool(c)) for a, b, c in pairs]
 
     def _release_dependents(self, conn: Connection, done_ids: Sequence[int], now: float) -> tuple[int, list[Final]]:
