@@ -95,3 +95,37 @@ def test_edges_out_of_finished_jobs_are_found_by_index_without_statistics(db):
             cells = [c.strip() for c in line.split("|")]
             if cells[2] in (d.name, j.name):
                 assert cells[4] != "ALL", line
+
+
+def test_repeated_statements_are_planned_for_the_table_as_it_is_now(db):
+    """A statement run many times is not stuck with a plan made when the table was small.
+
+    psycopg prepares a statement on the server after a few runs, and
+    PostgreSQL may then keep one generic plan for it: made on a young table,
+    that plan scanned the table and went on scanning it as it grew (in the
+    random-DAG benchmark, 500 ids by primary key took 129 ms a call; planned
+    afresh, 4 ms). The store's
+    sessions plan every execution (``plan_cache_mode``).
+    """
+    store = db.store()
+    j = store.tables.jobs
+    now = time.time()
+    with store.engine.begin() as conn:
+        conn.execute(insert(j), [{"state": schema.DONE, "fn_name": "f", "payload": b"x", "created_at": now}] * 20)
+    with store.engine.connect() as conn:
+        ids = [int(i) for i in conn.execute(select(j.c.id)).scalars()]
+        stmt = select(j.c.id).where(store.dialect.in_ids(j.c.id, ids[:5]))
+        for _ in range(20):  # past psycopg's threshold (5 runs) and the server's five custom plans
+            assert len(conn.execute(stmt).all()) == 5
+        conn.execute(insert(j), [{"state": schema.DONE, "fn_name": "f", "payload": b"x", "created_at": now}] * 5000)
+        for _ in range(12):
+            assert len(conn.execute(stmt).all()) == 5
+        if db.kind == "postgresql" and conn.dialect.server_version_info >= (14,):
+            plans = conn.exec_driver_sql(
+                "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %(t)s",
+                {"t": f"%FROM {j.name} %"},
+            ).all()
+            assert plans, "psycopg prepares a statement run this often"
+            assert all(generic == 0 and custom > 0 for generic, custom in plans), plans
+        conn.rollback()
+    store.close()
