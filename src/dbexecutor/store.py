@@ -412,9 +412,9 @@ class Store:
     def _lock_upstream(self, conn: Connection, ids: Iterable[int]) -> dict[int, Row[Any]]:
         """The rows of the jobs ``ids`` depend on, locked until the transaction ends.
 
-        Locked in id order, in as few statements as the list allows: however
-        many jobs a transaction inserts, their upstream rows cost one round
-        trip, not one per job. While locked, an upstream cannot finish between
+        Locked in id order, one statement per 500 ids: however many jobs a
+        transaction inserts, their upstream rows cost a round trip or a few,
+        not one per job. While locked, an upstream cannot finish between
         "count open dependencies" and "insert edges" and leave a job waiting
         forever. ``result`` is read only for failed rows (it is what a
         dependent inherits); a fan-in over large results does not load them.
