@@ -26,6 +26,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import (
     Connection,
+    Integer,
     and_,
     bindparam,
     Select,
@@ -662,9 +663,9 @@ class Store:
         """Names of the groups with runnable work (a read that takes no write lock)."""
         return self._txn(lambda c: list(c.execute(self._groups_stmt(False), {"c_now": now}).scalars()), read_only=True)
 
-    def _pick_stmt(self, limit: int) -> Any:
-        """A group's ``limit`` best runnable rows, locked (skipping rows another claim holds)."""
-        key = ("pick", limit)
+    def _pick_stmt(self) -> Any:
+        """A group's ``c_limit`` best runnable rows, locked (skipping rows another claim holds)."""
+        key = "pick"
         stmt = self._stmts.get(key)
         if stmt is None:
             j = self.tables.jobs
@@ -672,13 +673,16 @@ class Store:
                 select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout)
                 .where(j.c.group_key == bindparam("c_group"), self._runnable(bindparam("c_now")))
                 .order_by(j.c.priority.desc(), j.c.id)
-                .limit(limit)
+                # A parameter, not a constant: the number of free slots changes
+                # from tick to tick, and building the claim's statements anew
+                # for each number cost ~1 ms of every tick that met a new one.
+                .limit(bindparam("c_limit", type_=Integer))
             )
             self._stmts[key] = stmt
         return stmt
 
     def _claim_select(self, group: str, limit: int, now: float) -> Select[Any]:
-        return self._pick_stmt(limit).params(c_group=group, c_now=now)  # type: ignore[no-any-return]
+        return self._pick_stmt().params(c_group=group, c_now=now, c_limit=limit)  # type: ignore[no-any-return]
 
     def explain_claim(self, limit: int = 4) -> dict[str, list[str]]:
         """The database's plans for the claim's two reads, one line per plan row (for tests and tuning).
@@ -687,11 +691,11 @@ class Store:
         rows; ``lease``: the UPDATE that leases them (not run: only explained).
         """
         now = time.time()
-        values = {"c_group": schema.DEFAULT_GROUP, "c_now": now, "c_owner": "explain", "c_expires": now}
+        values = {"c_group": schema.DEFAULT_GROUP, "c_now": now, "c_owner": "explain", "c_expires": now, "c_limit": limit}
         if self.engine.dialect.update_returning:
-            lease = self._lease_stmt(limit, values)
+            lease = self._lease_stmt(False, values)
         else:
-            lease = self._lease_stmt(None, {**values, "c_ids": list(range(1, limit + 1))})
+            lease = self._lease_stmt(True, {**values, "c_ids": list(range(1, limit + 1))})
 
         def work(conn: Connection) -> dict[str, list[str]]:
             return {
@@ -793,26 +797,26 @@ class Store:
 
     def _claim_rows(self, conn: Connection, group: str, limit: int, owner: str, ttl: float, now: float) -> list[Claimed]:
         """Lease the ``limit`` best runnable rows of one group (skipping rows another claim holds)."""
-        values = {"c_group": group, "c_now": now, "c_owner": owner, "c_expires": now + ttl}
+        values = {"c_group": group, "c_now": now, "c_owner": owner, "c_expires": now + ttl, "c_limit": limit}
         if self.engine.dialect.update_returning:
             # One statement (PostgreSQL, SQLite): lease the rows the claim's
             # select picks and read them back. RETURNING has no order: sort
             # as the select did.
-            got = sorted(conn.execute(self._lease_stmt(limit), values).all(), key=lambda r: (-r.priority, r.id))
+            got = sorted(conn.execute(self._lease_stmt(False), values).all(), key=lambda r: (-r.priority, r.id))
             return [Claimed(int(r.id), r.attempt, r.payload, r.fn_name, r.timeout) for r in got]
-        rows = conn.execute(self._pick_stmt(limit), values).all()
+        rows = conn.execute(self._pick_stmt(), values).all()
         if not rows:
             return []
-        conn.execute(self._lease_stmt(None), {**values, "c_ids": [int(r.id) for r in rows]})
+        conn.execute(self._lease_stmt(True), {**values, "c_ids": [int(r.id) for r in rows]})
         return [Claimed(int(r.id), r.attempt + 1, r.payload, r.fn_name, r.timeout) for r in rows]
 
-    def _lease_stmt(self, limit: int | None, literal: dict[str, Any] | None = None) -> Any:
+    def _lease_stmt(self, by_ids: bool, literal: dict[str, Any] | None = None) -> Any:
         """The UPDATE that leases rows: the ids a select picked (``c_ids``), or with RETURNING the select itself.
 
-        Built once per ``limit`` with bound values; with ``literal`` (for
-        EXPLAIN) built with those values in it.
+        Built once with bound values; with ``literal`` (for EXPLAIN) built
+        with those values in it.
         """
-        key = ("lease", limit)
+        key = ("lease", by_ids)
         stmt = self._stmts.get(key) if literal is None else None
         if stmt is None:
             j = self.tables.jobs
@@ -824,13 +828,13 @@ class Store:
                 lease_expires=v["c_expires"],
                 started_at=v["c_now"],
             )
-            if limit is None:
+            if by_ids:
                 ids = literal["c_ids"] if literal else bindparam("c_ids", expanding=True)
                 stmt = stmt.where(j.c.id.in_(ids))
             else:
-                picks = self._pick_stmt(limit)
+                picks = self._pick_stmt()
                 if literal:
-                    picks = picks.params(c_group=literal["c_group"], c_now=literal["c_now"])
+                    picks = picks.params(c_group=literal["c_group"], c_now=literal["c_now"], c_limit=literal["c_limit"])
                 stmt = stmt.where(self.dialect.id_in(j.c.id, picks.with_only_columns(j.c.id))).returning(
                     j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.priority
                 )
