@@ -104,8 +104,8 @@ def test_repeated_statements_are_planned_for_the_table_as_it_is_now(db):
     PostgreSQL may then keep one generic plan for it: made on a young table,
     that plan scanned the table and went on scanning it as it grew (in the
     random-DAG benchmark, 500 ids by primary key took 129 ms a call; planned
-    afresh, 4 ms). The store's
-    sessions plan every execution (``plan_cache_mode``).
+    afresh, 4 ms). The store's sessions plan every execution
+    (``plan_cache_mode``).
     """
     store = db.store()
     j = store.tables.jobs

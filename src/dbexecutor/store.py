@@ -375,7 +375,7 @@ class Store:
                 if found is not None:
                     return found
             groups = self._ensure_groups(conn, [job])
-            out = self._insert_with_deps(conn, job, now)
+            out = self._insert_with_deps(conn, job, now, self._lock_upstream(conn, job.deps))
             self._notify(conn, ready=self._runnable_row(job, out, now), finished=[out.job_id] if out.state in schema.FINAL_STATES else ())
             return out
 
@@ -396,9 +396,12 @@ class Store:
     def _runnable_row(job: NewJob, out: Submitted, now: float) -> bool:
         return out.state == schema.READY and (job.run_after is None or job.run_after <= now)
 
-    def _insert_with_deps(self, conn: Connection, job: NewJob, now: float) -> Submitted:
-        """Insert one job (no key lookup) with its edges, in the caller's transaction."""
-        row = self._row_after(job, self._lock_upstream(conn, job.deps), now)
+    def _insert_with_deps(self, conn: Connection, job: NewJob, now: float, upstream: dict[int, Row[Any]]) -> Submitted:
+        """Insert one job (no key lookup) with its edges, in the caller's transaction.
+
+        ``upstream``: its upstream rows, already locked (:meth:`_lock_upstream`).
+        """
+        row = self._row_after(job, upstream, now)
         # A batch is never ready: with every child already done it is rolled up below.
         roll_up_now = job.batch and row["state"] == schema.READY
         if roll_up_now:
@@ -509,18 +512,18 @@ class Store:
     def _insert_many(self, conn: Connection, jobs: Sequence[NewJob], now: float) -> list[Submitted]:
         """Insert ``jobs`` (no keys) in the caller's transaction, ids in input order.
 
-        Every upstream row is locked first in one go (see :meth:`_lock_upstream`);
+        Every upstream row (a batch's too) is locked first, in id order (see :meth:`_lock_upstream`);
         then each run of jobs goes in as one multi-row statement, with one more
         for all their edges. Only a batch (rolled up on insert) goes alone.
         """
         if any(job.key is not None for job in jobs):
             raise ValueError("keyed jobs go through insert_job, which looks the key up first")
-        upstream = self._lock_upstream(conn, [d for job in jobs if not job.batch for d in job.deps])
+        upstream = self._lock_upstream(conn, [d for job in jobs for d in job.deps])
         out: list[Submitted] = []
         i = 0
         while i < len(jobs):
             if jobs[i].batch:
-                out.append(self._insert_with_deps(conn, jobs[i], now))
+                out.append(self._insert_with_deps(conn, jobs[i], now, upstream))
                 i += 1
                 continue
             end = i
@@ -1014,7 +1017,7 @@ class Store:
             mine = {(r.job_id, r.attempt) for r in unsure}
             found = conn.execute(
                 select(j.c.id, j.c.attempt).where(
-                    j.c.id.in_([r.job_id for r in unsure]), j.c.state == schema.DONE
+                    self.dialect.in_ids(j.c.id, [r.job_id for r in unsure]), j.c.state == schema.DONE
                 )
             ).all()
             won |= {int(r.id) for r in found if (int(r.id), r.attempt) in mine}
