@@ -310,6 +310,16 @@ class PostgreSQLDialect(Dialect):
             dbapi_conn.commit()
 
     def edges_out(self, deps: Table, jobs: Table, ids: Sequence[int]) -> Select[Any]:
+        # Built once per pair of tables: building the LATERAL subquery and its
+        # column collections took ~1 ms of Python on every finish.
+        key = ("edges_out", deps.name, jobs.name)
+        stmt = self._built.get(key)
+        if stmt is None:
+            stmt = self._built[key] = self._edges_out(deps, jobs)
+        return stmt.params(e_ids=list(ids))  # type: ignore[no-any-return]
+
+    @staticmethod
+    def _edges_out(deps: Table, jobs: Table) -> Select[Any]:
         # One index lookup per upstream id, whatever the planner believes:
         # without statistics (before the first ANALYZE, or with autovacuum
         # off) it takes "depends_on_id = ANY(ids)" to match a large share of
@@ -317,7 +327,7 @@ class PostgreSQLDialect(Dialect):
         # of both tables, so every finish got slower as the tables grew.
         # OFFSET 0 keeps the LATERAL subquery from being flattened into
         # that join again.
-        u = func.unnest(bindparam(None, list(ids), type_=ARRAY(BigInteger))).table_valued("id").render_derived(name="u")
+        u = func.unnest(bindparam("e_ids", type_=ARRAY(BigInteger))).table_valued("id").render_derived(name="u")
         # The dependent's batch flag as a primary-key lookup per edge: joined,
         # the same missing statistics made the planner hash-join a scan of
         # the jobs table once per upstream id.
@@ -346,6 +356,7 @@ class PostgreSQLDialect(Dialect):
         super().__init__(url)
         self._sequences: dict[str, str] = {}
         self._statements: dict[tuple[Any, ...], TextClause] = {}
+        self._built: dict[tuple[Any, ...], Select[Any]] = {}
 
     # Set-based writes: one statement whose parameters are arrays, unnested on
     # the server. Pipelined or not, one statement per row costs the server
