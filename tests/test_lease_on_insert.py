@@ -1,0 +1,138 @@
+"""A job submitted to an idle executor is leased by the statement that inserts it.
+
+When the tick that writes a single runnable job (no upstream, no key, no
+delay) has a free slot, the INSERT itself leases the row to this executor if
+nothing else could be claimed first: no other row is runnable and the job's
+group has no concurrency limit. The job then starts after one statement and
+the commit. Otherwise the row goes in ``ready`` and the claim decides, as it
+would for any other row: older or higher-priority work first, limits counted
+under the group's lock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+
+import jobs
+from dbexecutor.store import NewJob, Store
+
+TTL = 30.0
+T = 60
+
+
+@pytest.fixture
+def store(db: Any) -> Iterator[Store]:
+    s = db.store()
+    yield s
+    s.close()
+
+
+def _job(n: int = 0, **options: Any) -> NewJob:
+    return NewJob(fn_name=f"tests.job{n}", payload=b"payload %d" % n, deps=(), **options)
+
+
+def _statements(store: Store) -> list[str]:
+    """The statements the store runs from now on (not SQLite's BEGIN IMMEDIATE)."""
+    seen: list[str] = []
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if not statement.lstrip().upper().startswith("BEGIN"):
+            seen.append(statement.split(None, 1)[0].upper())
+
+    return seen
+
+
+def _tick(store: Store, new: list[NewJob], limit: int = 2, owner: str = "me") -> Any:
+    return store.finish_and_claim([], owner, limit, TTL, time.time(), new)
+
+
+def test_an_idle_submit_is_leased_by_its_own_insert(db, store):
+    # The group's row exists from here on, as in a running executor; a
+    # delayed row is not runnable, so it does not count as work waiting.
+    (delayed,) = _tick(store, [_job(0, run_after=time.time() + 3600)])[0]
+    seen = _statements(store)
+    before = time.time()
+    inserted, done, claimed = _tick(store, [_job(1, timeout=5.0, priority=3)])
+    assert seen == ["INSERT"], "one statement, then the commit"
+    (row,) = [r for r in db.jobs() if r.id != delayed.job_id]
+    assert [s.job_id for s in inserted] == [int(row.id)] and inserted[0].state == "leased"
+    assert [(c.job_id, c.attempt, c.payload, c.fn_name, c.timeout) for c in claimed] == [
+        (int(row.id), 1, b"payload 1", "tests.job1", 5.0)
+    ]
+    assert (row.state, row.attempt, row.lease_owner, row.priority, row.timeout) == ("leased", 1, "me", 3, 5.0)
+    assert before <= row.started_at <= time.time()
+    assert row.lease_expires == pytest.approx(row.started_at + TTL)
+    assert not done.finals
+
+
+def test_a_new_job_waits_behind_runnable_work(db, store):
+    (older,) = store.insert_jobs([_job(0)], time.time())
+    inserted, _, claimed = _tick(store, [_job(1)], limit=1)
+    assert inserted[0].state == "ready"
+    assert [c.job_id for c in claimed] == [older.job_id], "the older row goes first"
+    assert db.row(inserted[0].job_id).state == "ready"
+    # With a slot for each, a claim takes both, the older first.
+    (third,) = _tick(store, [_job(2)], limit=0)[0]  # stored, not claimed
+    claimed = store.claim("me", 2, TTL, time.time())
+    assert [c.job_id for c in claimed] == [inserted[0].job_id, third.job_id]
+    assert {db.row(c.job_id).attempt for c in claimed} == {1}
+
+
+def test_work_of_another_group_is_not_overtaken(db, store):
+    (other,) = store.insert_jobs([_job(0, group="zz")], time.time())
+    inserted, _, claimed = _tick(store, [_job(1)], limit=2)
+    assert inserted[0].state == "ready", "another group's runnable row: the claim shares the slots"
+    assert sorted(c.job_id for c in claimed) == sorted([other.job_id, inserted[0].job_id])
+
+
+def test_a_group_limit_is_left_to_the_claim(db, store):
+    store.configure_group("capped", limit=1)
+    (first,) = _tick(store, [_job(0, group="capped")])[2]
+    assert db.row(first.job_id).state == "leased"
+    inserted, _, claimed = _tick(store, [_job(1, group="capped")])
+    assert inserted[0].state == "ready" and claimed == [], "the group is at its limit"
+    store.configure_group("capped", limit=2)
+    (second,) = _tick(store, [_job(2, group="unlimited")], limit=0)[0]  # stored, not claimed
+    assert [c.job_id for c in store.claim("me", 3, TTL, time.time())] == [inserted[0].job_id, second.job_id]
+
+
+def test_delayed_jobs_and_full_executors_are_not_leased_on_insert(db, store):
+    inserted, _, claimed = _tick(store, [_job(0, run_after=time.time() + 3600)])
+    assert (inserted[0].state, claimed) == ("ready", [])
+    inserted, _, claimed = _tick(store, [_job(1)], limit=0)
+    assert (inserted[0].state, claimed) == ("ready", [])
+    assert db.row(inserted[0].job_id).attempt == 0
+
+
+def test_without_returning_the_insert_reads_its_row_back(db, store, monkeypatch):
+    """MySQL has no INSERT ... RETURNING: the id comes from the driver and the state is read back."""
+    dialect = store.engine.dialect
+    if not getattr(dialect, "postfetch_lastrowid", False):
+        # PostgreSQL: psycopg has no last row id, and the server always has RETURNING.
+        assert dialect.insert_returning
+        return
+    monkeypatch.setattr(dialect, "insert_returning", False)
+    (waiting,) = store.insert_jobs([_job(0, run_after=time.time() + 3600)], time.time())
+    inserted, _, claimed = _tick(store, [_job(1)])
+    assert inserted[0].state == "leased" and [c.job_id for c in claimed] == [inserted[0].job_id]
+    assert inserted[0].job_id == waiting.job_id + 1 == int(db.row(inserted[0].job_id).id)
+    store.insert_jobs([_job(2)], time.time())
+    inserted, _, claimed = _tick(store, [_job(3)], limit=1)
+    assert inserted[0].state == "ready" and db.row(inserted[0].job_id).fn_name == "tests.job3"
+
+
+def test_an_executor_runs_idle_submits_through_it(db):
+    ex = db.executor(2)
+    assert ex.submit(jobs.identity, 0).result(timeout=T) == 0  # children started
+    for i in range(1, 6):
+        time.sleep(0.05)  # idle again: the previous job is recorded
+        assert ex.submit(jobs.identity, i).result(timeout=T) == i
+    rows = db.jobs()
+    assert [r.state for r in rows] == ["done"] * 6 and {r.attempt for r in rows} == {1}
+    assert [a.outcome for a in db.attempts()] == ["ok"] * 6
