@@ -1,14 +1,14 @@
-"""A job submitted to an idle executor is leased by the statement that inserts it.
+"""Jobs submitted to an idle executor are leased by the statement that inserts them.
 
-When the tick that writes a single runnable job (no upstream, no key, no
-delay) has a free slot, the INSERT itself leases the row to this executor if
-nothing else could be claimed first: no other row is runnable and the job's
-group has no concurrency limit. The job then starts after one statement and
-the commit. Otherwise the row goes in ``ready`` and the claim decides, as it
-would for any other row: older or higher-priority work first, limits counted
-under the group's lock.
+When the tick that writes runnable jobs (no upstream, no key, no delay, all of
+one group) has free slots, and nothing else could be claimed first (no other
+row is runnable, the group has no concurrency limit), the rows go in leased to
+this executor: a single job by one INSERT that checks and leases, a burst
+(a ``map``) by one cheap read and the insert. Otherwise the rows go in
+``ready`` and the claim decides, as it would for any other row: older or
+higher-priority work first, fair share across groups, limits counted under
+the group's lock.
 """
-
 from __future__ import annotations
 
 import time
@@ -136,3 +136,55 @@ def test_an_executor_runs_idle_submits_through_it(db):
     rows = db.jobs()
     assert [r.state for r in rows] == ["done"] * 6 and {r.attempt for r in rows} == {1}
     assert [a.outcome for a in db.attempts()] == ["ok"] * 6
+
+
+def test_a_burst_into_an_idle_executor_goes_in_leased(db, store):
+    seen = _statements(store)
+    burst = [_job(0, priority=0), _job(1, priority=5), _job(2, priority=0), _job(3, priority=5), _job(4, priority=1)]
+    inserted, _, claimed = _tick(store, burst, limit=3)
+    ids = [s.job_id for s in inserted]
+    assert [s.state for s in inserted] == ["ready", "leased", "ready", "leased", "leased"]
+    assert [c.job_id for c in claimed] == [ids[1], ids[3], ids[4]], "priority, then order, as a claim takes them"
+    assert [c.payload for c in claimed] == [b"payload 1", b"payload 3", b"payload 4"]
+    assert "UPDATE" not in seen, "no claim: the rows went in leased"
+    for c in claimed:
+        row = db.row(c.job_id)
+        assert (row.state, row.attempt, row.lease_owner) == ("leased", 1, "me")
+        assert row.lease_expires == pytest.approx(row.started_at + TTL)
+    assert {db.row(i).attempt for i in (ids[0], ids[2])} == {0}
+    # Two rows were left ready: the next burst is claimed as usual, behind them.
+    inserted, _, claimed = _tick(store, [_job(5), _job(6)], limit=3)
+    assert [s.state for s in inserted] == ["ready", "ready"]
+    assert [c.job_id for c in claimed] == [ids[0], ids[2], inserted[0].job_id]
+
+
+def test_a_burst_behind_runnable_work_or_across_groups_is_claimed_as_usual(db, store):
+    (older,) = store.insert_jobs([_job(0)], time.time())
+    inserted, _, claimed = _tick(store, [_job(1), _job(2)], limit=2)
+    assert [s.state for s in inserted] == ["ready", "ready"]
+    assert [c.job_id for c in claimed] == [older.job_id, inserted[0].job_id]
+    other = db.store()  # no backlog seen by this one: it looks before inserting
+    try:
+        inserted, _, claimed = _tick(other, [_job(3, group="a"), _job(4, group="b")], limit=1)
+        assert [s.state for s in inserted] == ["ready", "ready"], "two groups: fair share is the claim's"
+        waiting = {inserted[0].job_id - 1, inserted[0].job_id, inserted[1].job_id}  # job 2 is still ready too
+        assert len(claimed) == 1 and claimed[0].job_id in waiting
+    finally:
+        other.close()
+
+
+def test_a_burst_into_a_limited_group_is_claimed_under_the_limit(db, store):
+    store.configure_group("capped", limit=2)
+    inserted, _, claimed = _tick(store, [_job(i, group="capped") for i in range(4)], limit=4)
+    assert [s.state for s in inserted] == ["ready"] * 4
+    assert [c.job_id for c in claimed] == [s.job_id for s in inserted[:2]]
+
+
+def test_an_idle_map_runs_through_it(db):
+    ex = db.executor(2)
+    assert list(ex.map(jobs.identity, range(40), chunksize=4)) == list(range(40))
+    time.sleep(0.2)
+    assert list(ex.map(jobs.identity, range(40), chunksize=4)) == list(range(40))
+    rows = db.jobs()
+    assert {r.state for r in rows} == {"done"} and {r.attempt for r in rows} == {1}
+    assert len(db.attempts()) == len(rows)

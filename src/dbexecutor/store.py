@@ -199,6 +199,7 @@ class Store:
         self.sender = uuid.uuid4().hex[:12]
         self._groups_seen: dict[str, int | None] = {}  # groups this process has made sure exist
         self._stmts: dict[Any, Any] = {}  # statements built once (see _groups_stmt)
+        self._backlog = False  # the last claim filled every slot it had: more is probably runnable
 
     def __repr__(self) -> str:
         return f"Store({masked_url(self.url)!r}, prefix={self.prefix!r})"
@@ -511,12 +512,17 @@ class Store:
         finished = [f.job_id for f in done.finals] if done else []
         self._notify(conn, ready=ready, finished=finished + [r.job_id for r in rows if r.state in schema.FINAL_STATES])
 
-    def _insert_many(self, conn: Connection, jobs: Sequence[NewJob], now: float) -> list[Submitted]:
+    def _insert_many(
+        self, conn: Connection, jobs: Sequence[NewJob], now: float, lease: tuple[str, float, int] | None = None
+    ) -> list[Submitted]:
         """Insert ``jobs`` (no keys) in the caller's transaction, ids in input order.
 
         Every upstream row (a batch's too) is locked first, in id order (see :meth:`_lock_upstream`);
         then each run of jobs goes in as one multi-row statement, with one more
         for all their edges. Only a batch (rolled up on insert) goes alone.
+        ``lease``: ``(owner, ttl, limit)``: the ``limit`` best runnable rows
+        (priority, then order) go in leased to ``owner``, as a claim would
+        lease them; the caller has made sure that nothing else is runnable.
         """
         if any(job.key is not None for job in jobs):
             raise ValueError("keyed jobs go through insert_job, which looks the key up first")
@@ -533,11 +539,31 @@ class Store:
                 end += 1
             run = jobs[i:end]
             rows = [self._row_after(job, upstream, now) for job in run]
+            if lease is not None:
+                self._lease_rows(run, rows, now, *lease)
             ids = self._insert_job_rows(conn, rows)
             self._insert_edges(conn, run, ids)
             out += [Submitted(x, row["state"], row["result"]) for x, row in zip(ids, rows)]
             i = end
         return out
+
+    def _lease_rows(
+        self, jobs: Sequence[NewJob], rows: list[dict[str, Any]], now: float, owner: str, ttl: float, limit: int
+    ) -> None:
+        """Mark the ``limit`` best runnable ``rows`` leased to ``owner`` (attempt 1), before they are inserted."""
+        runnable = [i for i, (job, row) in enumerate(zip(jobs, rows)) if self._runnable_row(job, Submitted(0, row["state"]), now)]
+        runnable.sort(key=lambda i: (-jobs[i].priority, i))
+        chosen = set(runnable[:limit])
+        for i, row in enumerate(rows):
+            # Every row gets the same columns: the multi-row insert takes them all alike.
+            mine = i in chosen
+            row.update(
+                state=schema.LEASED if mine else row["state"],
+                attempt=1 if mine else 0,
+                lease_owner=owner if mine else None,
+                lease_expires=now + ttl if mine else None,
+                started_at=now if mine else None,
+            )
 
     def _insert_job_rows(self, conn: Connection, rows: list[dict[str, Any]]) -> list[int]:
         """Insert job ``rows`` (same keys each); their new ids, in row order."""
@@ -605,9 +631,14 @@ class Store:
         runnable: an idle poll is one indexed read, also on SQLite. Without it
         (work is known to be there), one round trip less.
         """
-        if limit <= 0 or (probe and not self.runnable_groups(now)):
+        if limit <= 0:
             return []
-        return self._txn(lambda conn: self._claim(conn, owner, limit, ttl, now))
+        if probe and not self.runnable_groups(now):
+            self._backlog = False
+            return []
+        out = self._txn(lambda conn: self._claim(conn, owner, limit, ttl, now))
+        self._backlog = len(out) >= limit
+        return out
 
     def finish_and_claim(
         self,
@@ -624,25 +655,39 @@ class Store:
         a job submitted to an idle executor starts after a single commit.
         """
         groups: dict[str, int | None] = {}
-
-        # A single runnable job submitted to an executor with a free slot: the
-        # common idle case. Inserted already leased when nothing else could be
-        # claimed first, it starts after one statement and the commit instead
-        # of an insert, the claim's two reads or three, and the commit.
-        direct = len(new) == 1 and not reports and limit > 0 and self._leasable(new[0], now)
+        # New jobs runnable at once, all of one group, written by a tick with
+        # free slots and nothing to record: the idle cases (a submit, a map).
+        # When nothing else is runnable and the group has no limit, the claim
+        # could only pick these rows: they go in leased, and the claim's reads
+        # and its UPDATE are saved. One job: one INSERT that checks and leases.
+        # Several: a cheap read checks (skipped while the last claim left work
+        # behind, when it would only find that again), then the insert.
+        direct = (
+            limit > 0
+            and bool(new)
+            and not reports
+            and len({job.group for job in new}) == 1
+            and all(self._leasable(job, now) for job in new)
+        )
 
         def work(conn: Connection) -> tuple[list[Submitted], Finished, list[Claimed]]:
             nonlocal groups
             inserted: list[Submitted] = []
             claimed: list[Claimed] = []
+            claim = limit > 0
             if new:
                 groups = self._ensure_groups(conn, new)
-                if direct:
+                if direct and len(new) == 1:
                     inserted, claimed = self._insert_leased(conn, new[0], owner, ttl, now)
+                    claim = not claimed
+                elif direct and not self._backlog and self._nothing_runnable(conn, new[0].group, now):
+                    inserted = self._insert_many(conn, new, now, lease=(owner, ttl, limit))
+                    claimed = self._leased_on_insert(new, inserted)
+                    claim = False
                 else:
                     inserted = self._insert_many(conn, new, now)
             done = self._finish(conn, reports, now) if reports else Finished([], [], [])
-            if limit > 0 and not claimed:
+            if claim:
                 claimed = self._claim(conn, owner, limit, ttl, now)
             # New rows this transaction claimed itself are nobody else's news.
             self._notify_changes(conn, new, inserted, now, done, taken={c.job_id for c in claimed})
@@ -650,6 +695,9 @@ class Store:
 
         out = self._txn(work)
         self._groups_done(groups)
+        # A hint only (other processes add work too): whether runnable rows
+        # are likely left, so that the next burst need not look.
+        self._backlog = limit > 0 and len(out[2]) >= limit
         return out
 
     @staticmethod
@@ -669,12 +717,10 @@ class Store:
         key = "insert_leased"
         stmt = self._stmts.get(key)
         if stmt is None:
-            j, g = self.tables.jobs, self.tables.groups
+            j = self.tables.jobs
             group = bindparam("v_group_key", type_=j.c.group_key.type)
             now = bindparam("c_now", type_=j.c.started_at.type)
-            other_work = exists().where(self._runnable(now))
-            limited = exists().where(g.c.name == group, g.c.max_running.is_not(None))
-            free = select(case((and_(~other_work, ~limited), 1), else_=0).label("free")).subquery("f")
+            free = self._free_select(group, now).subquery("f")
             mine = free.c.free == 1
             columns: dict[str, Any] = {name: bindparam(f"v_{name}", type_=j.c[name].type) for name in _DIRECT_COLUMNS}
             columns["group_key"] = group
@@ -691,7 +737,33 @@ class Store:
             self._stmts[key] = stmt
         return stmt
 
-    def _insert_leased(self, conn: Connection, job: NewJob, owner: str, ttl: float, now: float) -> tuple[list[Submitted], list[Claimed]]:
+    def _free_select(self, group: Any, now: Any) -> Select[Any]:
+        """One row, one column ``free``: 1 if no row is runnable and ``group`` has no concurrency limit, else 0."""
+        g = self.tables.groups
+        other_work = exists().where(self._runnable(now))
+        limited = exists().where(g.c.name == group, g.c.max_running.is_not(None))
+        return select(case((and_(~other_work, ~limited), 1), else_=0).label("free"))
+
+    def _nothing_runnable(self, conn: Connection, group: str, now: float) -> bool:
+        """Whether new runnable jobs of ``group`` would be the claim's only choice (see :meth:`_free_select`)."""
+        stmt = self._stmts.get("free")
+        if stmt is None:
+            j = self.tables.jobs
+            stmt = self._stmts["free"] = self._free_select(
+                bindparam("c_group", type_=j.c.group_key.type), bindparam("c_now", type_=j.c.started_at.type)
+            )
+        return bool(conn.execute(stmt, {"c_group": group, "c_now": now}).scalar())
+
+    @staticmethod
+    def _leased_on_insert(jobs: Sequence[NewJob], rows: Sequence[Submitted]) -> list[Claimed]:
+        """The claims of the rows that went in leased, in the order a claim would have taken them."""
+        got = [(job, row) for job, row in zip(jobs, rows) if row.state == schema.LEASED]
+        got.sort(key=lambda pair: (-pair[0].priority, pair[1].job_id))
+        return [Claimed(row.job_id, 1, job.payload, job.fn_name, job.timeout) for job, row in got]
+
+    def _insert_leased(
+        self, conn: Connection, job: NewJob, owner: str, ttl: float, now: float
+    ) -> tuple[list[Submitted], list[Claimed]]:
         """Insert ``job`` (see :meth:`_leasable`), leased to ``owner`` if nothing else could be claimed first.
 
         Returns its row and, if it was leased, the claim of it (attempt 1).
