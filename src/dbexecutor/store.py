@@ -200,6 +200,8 @@ class Store:
         self._groups_seen: dict[str, int | None] = {}  # groups this process has made sure exist
         self._stmts: dict[Any, Any] = {}  # statements built once (see _groups_stmt)
         self._backlog = False  # the last claim filled every slot it had: more is probably runnable
+        # Once: every future carries it, and rendering the URL cost ~10 us a submit.
+        self._identity = (masked_url(self.url), self.prefix)
 
     def __repr__(self) -> str:
         return f"Store({masked_url(self.url)!r}, prefix={self.prefix!r})"
@@ -211,7 +213,7 @@ class Store:
     @property
     def identity(self) -> tuple[str, str]:
         """Which database and table prefix this is (futures from the same one can be dependencies)."""
-        return (masked_url(self.url), self.prefix)
+        return self._identity
 
     # -- plumbing -------------------------------------------------------------
 
