@@ -27,7 +27,6 @@ from sqlalchemy import (
     Insert,
     Select,
     Table,
-    TextClause,
     any_,
     bindparam,
     event,
@@ -313,9 +312,9 @@ class PostgreSQLDialect(Dialect):
         # Built once per pair of tables: building the LATERAL subquery and its
         # column collections took ~1 ms of Python on every finish.
         key = ("edges_out", deps.name, jobs.name)
-        stmt = self._built.get(key)
+        stmt = self._statements.get(key)
         if stmt is None:
-            stmt = self._built[key] = self._edges_out(deps, jobs)
+            stmt = self._statements[key] = self._edges_out(deps, jobs)
         return stmt.params(e_ids=list(ids))  # type: ignore[no-any-return]
 
     @staticmethod
@@ -355,8 +354,7 @@ class PostgreSQLDialect(Dialect):
     def __init__(self, url: URL) -> None:
         super().__init__(url)
         self._sequences: dict[str, str] = {}
-        self._statements: dict[tuple[Any, ...], TextClause] = {}
-        self._built: dict[tuple[Any, ...], Select[Any]] = {}
+        self._statements: dict[tuple[Any, ...], Any] = {}  # built once: texts and constructs
 
     # Set-based writes: one statement whose parameters are arrays, unnested on
     # the server. Pipelined or not, one statement per row costs the server

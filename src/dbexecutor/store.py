@@ -381,7 +381,7 @@ class Store:
                     return found
             groups = self._ensure_groups(conn, [job])
             out = self._insert_with_deps(conn, job, now, self._lock_upstream(conn, job.deps))
-            self._notify(conn, ready=self._runnable_row(job, out, now), finished=[out.job_id] if out.state in schema.FINAL_STATES else ())
+            self._notify(conn, ready=self._runnable_row(job, out.state, now), finished=[out.job_id] if out.state in schema.FINAL_STATES else ())
             return out
 
         try:
@@ -398,8 +398,8 @@ class Store:
         return out
 
     @staticmethod
-    def _runnable_row(job: NewJob, out: Submitted, now: float) -> bool:
-        return out.state == schema.READY and (job.run_after is None or job.run_after <= now)
+    def _runnable_row(job: NewJob, state: str, now: float) -> bool:
+        return state == schema.READY and (job.run_after is None or job.run_after <= now)
 
     def _insert_with_deps(self, conn: Connection, job: NewJob, now: float, upstream: dict[int, Row[Any]]) -> Submitted:
         """Insert one job (no key lookup) with its edges, in the caller's transaction.
@@ -509,7 +509,7 @@ class Store:
         finished: the jobs ``done`` finalized and new rows already final.
         """
         ready = bool(done and (done.released or done.retried)) or any(
-            self._runnable_row(job, row, now) and row.job_id not in taken for job, row in zip(jobs, rows)
+            self._runnable_row(job, row.state, now) and row.job_id not in taken for job, row in zip(jobs, rows)
         )
         finished = [f.job_id for f in done.finals] if done else []
         self._notify(conn, ready=ready, finished=finished + [r.job_id for r in rows if r.state in schema.FINAL_STATES])
@@ -553,7 +553,7 @@ class Store:
         self, jobs: Sequence[NewJob], rows: list[dict[str, Any]], now: float, owner: str, ttl: float, limit: int
     ) -> None:
         """Mark the ``limit`` best runnable ``rows`` leased to ``owner`` (attempt 1), before they are inserted."""
-        runnable = [i for i, (job, row) in enumerate(zip(jobs, rows)) if self._runnable_row(job, Submitted(0, row["state"]), now)]
+        runnable = [i for i, (job, row) in enumerate(zip(jobs, rows)) if self._runnable_row(job, row["state"], now)]
         runnable.sort(key=lambda i: (-jobs[i].priority, i))
         chosen = set(runnable[:limit])
         for i, row in enumerate(rows):
@@ -675,21 +675,19 @@ class Store:
         def work(conn: Connection) -> tuple[list[Submitted], Finished, list[Claimed]]:
             nonlocal groups
             inserted: list[Submitted] = []
-            claimed: list[Claimed] = []
-            claim = limit > 0
             if new:
                 groups = self._ensure_groups(conn, new)
                 if direct and len(new) == 1:
-                    inserted, claimed = self._insert_leased(conn, new[0], owner, ttl, now)
-                    claim = not claimed
+                    inserted = [self._insert_leased(conn, new[0], owner, ttl, now)]
                 elif direct and not self._backlog and self._nothing_runnable(conn, new[0].group, now):
                     inserted = self._insert_many(conn, new, now, lease=(owner, ttl, limit))
-                    claimed = self._leased_on_insert(new, inserted)
-                    claim = False
                 else:
                     inserted = self._insert_many(conn, new, now)
             done = self._finish(conn, reports, now) if reports else Finished([], [], [])
-            if claim:
+            # Rows that went in leased were the claim's only choice (nothing
+            # else was runnable): then there is nothing more to claim.
+            claimed = self._leased_on_insert(new, inserted)
+            if limit > 0 and not claimed:
                 claimed = self._claim(conn, owner, limit, ttl, now)
             # New rows this transaction claimed itself are nobody else's news.
             self._notify_changes(conn, new, inserted, now, done, taken={c.job_id for c in claimed})
@@ -763,13 +761,8 @@ class Store:
         got.sort(key=lambda pair: (-pair[0].priority, pair[1].job_id))
         return [Claimed(row.job_id, 1, job.payload, job.fn_name, job.timeout) for job, row in got]
 
-    def _insert_leased(
-        self, conn: Connection, job: NewJob, owner: str, ttl: float, now: float
-    ) -> tuple[list[Submitted], list[Claimed]]:
-        """Insert ``job`` (see :meth:`_leasable`), leased to ``owner`` if nothing else could be claimed first.
-
-        Returns its row and, if it was leased, the claim of it (attempt 1).
-        """
+    def _insert_leased(self, conn: Connection, job: NewJob, owner: str, ttl: float, now: float) -> Submitted:
+        """Insert ``job`` (see :meth:`_leasable`), leased to ``owner`` if nothing else could be claimed first."""
         j = self.tables.jobs
         row = self._row(job, schema.READY, now)
         values = {f"v_{name}": row[name] for name in _DIRECT_COLUMNS}
@@ -782,10 +775,7 @@ class Store:
             # MySQL: no RETURNING; the id the insert made, and its state read back.
             job_id = int(res.lastrowid)
             state = conn.execute(select(j.c.state).where(j.c.id == job_id)).scalar_one()
-        out = Submitted(job_id, state)
-        if state != schema.LEASED:
-            return [out], []
-        return [out], [Claimed(job_id, 1, job.payload, job.fn_name, job.timeout)]
+        return Submitted(job_id, state)
 
     def _runnable(self, now: Any) -> Any:
         j = self.tables.jobs
