@@ -39,6 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.engine import URL, Connection, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.schema import CreateColumn
 
 from . import schema
 from .errors import ConfigurationError
@@ -126,6 +127,12 @@ class Dialect:
     def insert_ignore(self, table: Table) -> Insert:
         """An ``INSERT`` that silently skips rows whose primary key exists."""
         return insert(table).prefix_with("IGNORE")
+
+    def add_column(self, conn: Connection, table: Table, column: Any) -> None:
+        """``ALTER TABLE ... ADD COLUMN``: a column a later schema version added to an existing table."""
+        quote = conn.dialect.identifier_preparer.quote
+        spec = CreateColumn(column).compile(dialect=conn.dialect)
+        conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} ADD COLUMN {spec}")
 
     def reserve_ids(self, conn: Connection, table: Table, n: int) -> list[int] | None:
         """``n`` new ids for ``table``'s ``id`` column, ascending; None: let each INSERT return its id."""

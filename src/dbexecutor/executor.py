@@ -475,13 +475,15 @@ class DBExecutor(Executor):
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
         deps: list[int] = []
+        refs: list[int] = []  # the deps whose results are arguments (after= only orders)
         found = upstream if upstream is not None else []
 
         def to_ref(x: Any) -> Any:
             if isinstance(x, Future):
-                deps.append(self._dependency(x))
+                refs.append(self._dependency(x))
+                deps.append(refs[-1])
                 found.append(x)
-                return serialization.JobRef(deps[-1])
+                return serialization.JobRef(refs[-1])
             return x
 
         args, kwargs = serialization.map_arguments(args, kwargs, to_ref)
@@ -506,6 +508,7 @@ class DBExecutor(Executor):
             fn_name=fn_name or serialization.qualified_name(fn),
             payload=payload,
             deps=tuple(dict.fromkeys(deps)),
+            refs=tuple(dict.fromkeys(refs)),
             key=opts.key,
             group=opts.group,
             weight=opts.weight,

@@ -38,6 +38,7 @@ class Assignment:
     job_id: int
     attempt: int
     timeout: float | None
+    retry_delay: float  # the backoff base if this attempt fails and may be retried
 
 
 @dataclass(eq=False)

@@ -563,7 +563,7 @@ class Scheduler:
                     c.head_started()  # the child goes straight on to the next job it holds
                 self._reports.append(
                     Report(job_id, attempt, ok, blob, "ok" if ok else "exception", error,
-                           worker_name(c.pid), started, ended, self.s.retry_delay)
+                           worker_name(c.pid), started, ended, head.retry_delay)
                 )
                 # Recent run times decide whether children get a second job queued behind
                 # the running one: worth it for short jobs, head-of-line blocking for long ones.
@@ -646,7 +646,7 @@ class Scheduler:
             worker_name(c.pid),
             c.started_at,
             time.time(),
-            self.s.retry_delay,
+            head.retry_delay,
         )
 
     def _capacity(self, c: Child | None) -> int:
@@ -767,7 +767,14 @@ class Scheduler:
                 fut.set_running_or_notify_cancel()
             except RuntimeError:
                 pass  # already resolved by another path; the row decides
-        c.queue.append(Assignment(job.job_id, job.attempt, job.timeout if job.timeout is not None else self.s.timeout))
+        c.queue.append(
+            Assignment(
+                job.job_id,
+                job.attempt,
+                job.timeout if job.timeout is not None else self.s.timeout,
+                job.retry_delay if job.retry_delay is not None else self.s.retry_delay,
+            )
+        )
         if len(c.queue) == 1:
             c.head_started()
         log.debug("job %d (%s) attempt %d -> child %d", job.job_id, job.fn_name, job.attempt, c.pid)

@@ -42,7 +42,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import mysql
 
-SCHEMA_VERSION = 2
+#: Version 3 added ``arg_refs``, ``failed_upstream`` and ``retry_delay`` to ``jobs``
+#: (``dbexecutor.store`` upgrades version 2 tables in place when it opens them).
+SCHEMA_VERSION = 3
 
 # Job states.
 WAITING = "waiting"  # some upstream job is not done yet
@@ -115,8 +117,16 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         Column("priority", Integer, nullable=False, server_default="0"),
         Column("timeout", Double, nullable=True),
         Column("retries", Integer, nullable=False, server_default="0"),
+        Column("retry_delay", Double, nullable=True),  # base of the backoff (None: the executor's default)
         Column("attempt", Integer, nullable=False, server_default="0"),  # the fencing token
         Column("open_deps", Integer, nullable=False, server_default="0"),
+        # The upstream jobs whose results the payload takes as arguments, comma-separated
+        # ("" for none): the executor that runs the job hands them to its child. NULL means
+        # "not recorded" (a row written before version 3): every done upstream's result goes.
+        Column("arg_refs", _Text, nullable=True),
+        # Why a job failed without running: the upstream job (or, for a batch, the child)
+        # whose failure it inherited. ``retry`` revives such dependents with their upstream.
+        Column("failed_upstream", _Id, nullable=True),
         Column("lease_owner", String(255), nullable=True),
         Column("lease_expires", Double, nullable=True),
         Column("run_after", Double, nullable=True),

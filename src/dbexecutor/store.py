@@ -56,11 +56,11 @@ T = TypeVar("T")
 
 _MAX_TXN_TRIES = 8
 # The columns of a job's row that the lease-on-insert statement takes from the submit.
-_DIRECT_COLUMNS = ("fn_name", "payload", "priority", "timeout", "retries", "run_after", "submitted_by", "created_at")
+_DIRECT_COLUMNS = (
+    "fn_name", "payload", "priority", "timeout", "retries", "retry_delay", "arg_refs", "run_after", "submitted_by", "created_at",
+)
 _IN_CHUNK = 500  # ids per IN (...) list, well under every driver's parameter limit
 _NOTIFY_IDS = 600  # finished ids listed in one notification (PostgreSQL caps a payload at 8000 bytes)
-# The error a dependent gets when its upstream fails (see _fail_dependents / insert_job).
-_DEPENDENCY_ERROR = re.compile(r"^(?:DependencyFailed: upstream|batch child) job (\d+) failed")
 
 
 def masked_url(url: Any) -> str:
@@ -84,6 +84,8 @@ class NewJob:
     run_after: float | None = None
     submitted_by: str | None = None
     batch: bool = False  # a container whose ``deps`` are its children, in order
+    refs: tuple[int, ...] = ()  # the deps whose results the payload takes as arguments
+    retry_delay: float | None = None  # backoff base for this job (None: the executor's default)
 
 
 @dataclass(frozen=True)
@@ -108,13 +110,32 @@ class Submitted:
 
 @dataclass(frozen=True)
 class Claimed:
-    """A job this executor now holds the lease of, with the token ``attempt``."""
+    """A job this executor now holds the lease of, with the token ``attempt``.
+
+    ``refs``: the upstream jobs whose results the payload takes as arguments
+    (None: not recorded, a row from before schema version 3: every done
+    upstream's result is needed).
+    """
 
     job_id: int
     attempt: int
     payload: bytes
     fn_name: str
     timeout: float | None
+    refs: tuple[int, ...] | None = ()
+    retry_delay: float | None = None
+
+
+def format_refs(refs: Sequence[int]) -> str:
+    """The ``arg_refs`` column's text for ``refs``."""
+    return ",".join(map(str, refs))
+
+
+def parse_refs(text: str | None) -> tuple[int, ...] | None:
+    """Inverse of :func:`format_refs`; None stays None (not recorded)."""
+    if text is None:
+        return None
+    return tuple(int(x) for x in text.split(",") if x)
 
 
 @dataclass(frozen=True)
@@ -279,13 +300,36 @@ class Store:
                         f"the tables with prefix {self.prefix!r} have schema version {found}, but this "
                         f"dbexecutor knows only up to {schema.SCHEMA_VERSION}; upgrade dbexecutor"
                     )
-                elif int(found) < schema.SCHEMA_VERSION:
+                elif int(found) < 2:
                     raise SchemaVersionError(
                         f"the tables with prefix {self.prefix!r} have schema version {found}, from a pre-release "
                         f"dbexecutor that cannot be upgraded in place; finish or drop those jobs, or use another prefix"
                     )
+                elif int(found) < schema.SCHEMA_VERSION:
+                    self._upgrade(conn, int(found))
 
         self._txn(work)
+
+    def _upgrade(self, conn: Connection, found: int) -> None:
+        """Bring tables of schema version ``found`` up to date, one version at a time (under the schema lock)."""
+        j, meta = self.tables.jobs, self.tables.meta
+        for version in range(found + 1, schema.SCHEMA_VERSION + 1):
+            if version == 3:
+                for name in ("retry_delay", "arg_refs", "failed_upstream"):
+                    self.dialect.add_column(conn, j, j.c[name])
+                # The failure cause used to live only in the error text; it is read
+                # from there once, here, and kept structured from now on.
+                cause = re.compile(r"^(?:DependencyFailed: upstream|batch child) job (\d+) failed")
+                rows = conn.execute(select(j.c.id, j.c.error).where(j.c.state == schema.FAILED, j.c.error.is_not(None)))
+                found_causes = [
+                    {"b_id": int(r.id), "b_up": int(m.group(1))} for r in rows if (m := cause.match(r.error)) is not None
+                ]
+                if found_causes:
+                    conn.execute(
+                        update(j).where(j.c.id == bindparam("b_id")).values(failed_upstream=bindparam("b_up")), found_causes
+                    )
+            conn.execute(update(meta).where(meta.c.name == "schema_version").values(value=str(version)))
+            log.warning("upgraded the tables with prefix %r to schema version %d", self.prefix, version)
 
     def drop_schema(self) -> None:
         """Drop this prefix's tables (tests and tooling)."""
@@ -441,7 +485,7 @@ class Store:
 
     def _row_after(self, job: NewJob, upstream: dict[int, Row[Any]], now: float) -> dict[str, Any]:
         """``job``'s new row, its state decided by its (locked) upstream rows."""
-        state, result, error, finished = schema.READY, None, None, None
+        state, result, error, finished, cause = schema.READY, None, None, None, None
         open_deps = 0
         if job.deps:
             rows = [upstream[d] for d in job.deps if d in upstream]
@@ -451,7 +495,7 @@ class Store:
             # The first failure (in time) decides, as when it happens later.
             for r in sorted(rows, key=lambda r: (r.state != schema.FAILED, r.finished_at or 0.0, r.id)):
                 if r.state == schema.FAILED:
-                    state, finished = schema.FAILED, now
+                    state, finished, cause = schema.FAILED, now, int(r.id)
                     if job.batch:
                         result, error = r.result, f"batch child job {r.id} failed"
                     else:
@@ -464,7 +508,7 @@ class Store:
             if state == schema.READY and open_deps:
                 state = schema.WAITING
         row = self._row(job, state, now, open_deps)
-        row.update(result=result, error=error, finished_at=finished)
+        row.update(result=result, error=error, finished_at=finished, failed_upstream=cause)
         return row
 
     def _insert_edges(self, conn: Connection, jobs: Sequence[NewJob], ids: Sequence[int]) -> None:
@@ -608,6 +652,9 @@ class Store:
             "priority": job.priority,
             "timeout": job.timeout,
             "retries": job.retries,
+            "retry_delay": job.retry_delay,
+            "arg_refs": format_refs(job.refs),
+            "failed_upstream": None,
             "open_deps": open_deps,
             "run_after": job.run_after,
             "submitted_by": job.submitted_by,
@@ -759,7 +806,7 @@ class Store:
         """The claims of the rows that went in leased, in the order a claim would have taken them."""
         got = [(job, row) for job, row in zip(jobs, rows) if row.state == schema.LEASED]
         got.sort(key=lambda pair: (-pair[0].priority, pair[1].job_id))
-        return [Claimed(row.job_id, 1, job.payload, job.fn_name, job.timeout) for job, row in got]
+        return [Claimed(row.job_id, 1, job.payload, job.fn_name, job.timeout, job.refs, job.retry_delay) for job, row in got]
 
     def _insert_leased(self, conn: Connection, job: NewJob, owner: str, ttl: float, now: float) -> Submitted:
         """Insert ``job`` (see :meth:`_leasable`), leased to ``owner`` if nothing else could be claimed first."""
@@ -811,7 +858,7 @@ class Store:
         if stmt is None:
             j = self.tables.jobs
             stmt = self.dialect.for_claim(
-                select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout)
+                select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.arg_refs, j.c.retry_delay)
                 .where(j.c.group_key == bindparam("c_group"), self._runnable(bindparam("c_now")))
                 .order_by(j.c.priority.desc(), j.c.id)
                 # A parameter, not a constant: the number of free slots changes
@@ -944,12 +991,15 @@ class Store:
             # select picks and read them back. RETURNING has no order: sort
             # as the select did.
             got = sorted(conn.execute(self._lease_stmt(False), values).all(), key=lambda r: (-r.priority, r.id))
-            return [Claimed(int(r.id), r.attempt, r.payload, r.fn_name, r.timeout) for r in got]
+            return [Claimed(int(r.id), r.attempt, r.payload, r.fn_name, r.timeout, parse_refs(r.arg_refs), r.retry_delay) for r in got]
         rows = conn.execute(self._pick_stmt(), values).all()
         if not rows:
             return []
         conn.execute(self._lease_stmt(True), {**values, "c_ids": [int(r.id) for r in rows]})
-        return [Claimed(int(r.id), r.attempt + 1, r.payload, r.fn_name, r.timeout) for r in rows]
+        return [
+            Claimed(int(r.id), r.attempt + 1, r.payload, r.fn_name, r.timeout, parse_refs(r.arg_refs), r.retry_delay)
+            for r in rows
+        ]
 
     def _lease_stmt(self, by_ids: bool, literal: dict[str, Any] | None = None) -> Any:
         """The UPDATE that leases rows: the ids a select picked (``c_ids``), or with RETURNING the select itself.
@@ -977,7 +1027,7 @@ class Store:
                 if literal:
                     picks = picks.params(c_group=literal["c_group"], c_now=literal["c_now"], c_limit=literal["c_limit"])
                 stmt = stmt.where(self.dialect.id_in(j.c.id, picks.with_only_columns(j.c.id))).returning(
-                    j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.priority
+                    j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.arg_refs, j.c.retry_delay, j.c.priority
                 )
             if literal is None:
                 self._stmts[key] = stmt
@@ -1265,7 +1315,7 @@ class Store:
                     conn.execute(
                         update(j)
                         .where(j.c.id.in_(hit), j.c.state.in_(schema.PENDING_STATES))
-                        .values(state=schema.FAILED, result=error_blob, error=error, finished_at=now)
+                        .values(state=schema.FAILED, result=error_blob, error=error, finished_at=now, failed_upstream=up)
                     )
                     for i in hit:
                         finals.append(Final(i, schema.FAILED, error_blob))
@@ -1586,7 +1636,7 @@ class Store:
         """Revive one job in the caller's transaction; None if done, else why not."""
         j, d = self.tables.jobs, self.tables.deps
         row = conn.execute(
-            self.dialect.for_update(select(j.c.id, j.c.state, j.c.attempt, j.c.error, j.c.batch).where(j.c.id == job_id))
+            self.dialect.for_update(select(j.c.id, j.c.state, j.c.attempt, j.c.failed_upstream, j.c.batch).where(j.c.id == job_id))
         ).first()
         if row is None:
             return "no such job"
@@ -1594,8 +1644,7 @@ class Store:
             if row.state not in (schema.FAILED, schema.CANCELLED):
                 return f"job {job_id} is {row.state}; only failed or cancelled jobs can be retried"
         else:
-            found = _DEPENDENCY_ERROR.match(row.error or "")
-            if row.state != schema.FAILED or found is None or int(found.group(1)) not in revived:
+            if row.state != schema.FAILED or row.failed_upstream is None or int(row.failed_upstream) not in revived:
                 return "did not fail because of a revived job"
         ups = [int(i) for i in conn.execute(select(d.c.depends_on_id).where(d.c.job_id == job_id)).scalars()]
         open_deps = 0
@@ -1619,6 +1668,7 @@ class Store:
                 retries=row.attempt + retries,
                 result=None,
                 error=None,
+                failed_upstream=None,
                 finished_at=None,
                 run_after=None,
                 lease_owner=None,

@@ -1,0 +1,135 @@
+"""Tables written by schema version 2 are upgraded in place when an executor opens them.
+
+Version 3 added three columns to ``jobs``: ``arg_refs`` (which upstream
+results a payload takes), ``failed_upstream`` (the structured reason a
+dependent failed, which ``retry`` reads) and ``retry_delay``. The test builds
+a version-2 database the way the previous release left it (the three columns
+absent, ``schema_version`` 2), with rows in every situation the upgrade must
+carry over, then opens it with today's code.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import inspect, insert, select, update
+
+import jobs
+from dbexecutor import DependencyFailed, schema, serialization
+from dbexecutor.store import Store
+
+T = 60
+_NEW_COLUMNS = ("arg_refs", "failed_upstream", "retry_delay")
+
+
+def _downgrade_to_v2(db: Any) -> None:
+    """Make this test's fresh tables look exactly like version 2's."""
+    store = db.store()
+    try:
+        with store.engine.begin() as conn:
+            quote = conn.dialect.identifier_preparer.quote
+            for name in _NEW_COLUMNS:
+                conn.exec_driver_sql(f"ALTER TABLE {quote(store.tables.jobs.name)} DROP COLUMN {quote(name)}")
+            meta = store.tables.meta
+            conn.execute(update(meta).where(meta.c.name == "schema_version").values(value="2"))
+    finally:
+        store.close()
+
+
+def _v2_row(now: float, **values: Any) -> dict[str, Any]:
+    row = {
+        "fn_name": "tests.jobs.add", "payload": b"", "group_key": schema.DEFAULT_GROUP, "batch": 0, "priority": 0,
+        "retries": 0, "attempt": 0, "open_deps": 0, "created_at": now,
+    }
+    row.update(values)
+    return row
+
+
+def test_a_version_2_database_is_upgraded_and_its_jobs_run(db):
+    _downgrade_to_v2(db)
+    now = time.time()
+    # create=False: nothing is checked or upgraded; the rows go in through plain SQL first.
+    probe = Store(db.url, db.prefix, create=False)
+    j, d = probe.tables.jobs, probe.tables.deps
+    try:
+        with probe.engine.begin() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns(j.name)}
+            assert not columns & set(_NEW_COLUMNS), "the fixture did not build a version-2 table"
+
+            def add(**values: Any) -> int:
+                # Only the columns version 2 had: the statement names them explicitly.
+                res = conn.execute(insert(j).values(**_v2_row(now, **values)))
+                return int(res.inserted_primary_key[0])
+
+            done = add(state=schema.DONE, result=serialization.dump_result(40, 0), finished_at=now)
+            # A ready job whose payload takes the done job's result as an argument:
+            # version 2 did not record which upstream results a payload needs.
+            consumer = add(
+                state=schema.READY,
+                payload=serialization.dump_payload(jobs.add, (serialization.JobRef(done), 2), {}),
+            )
+            conn.execute(insert(d).values(job_id=consumer, depends_on_id=done))
+            # A failed job, and a dependent that failed because of it: version 2 kept
+            # that reason only in the error text.
+            failed = add(
+                state=schema.FAILED,
+                fn_name="tests.jobs.fail",
+                payload=serialization.dump_payload(jobs.fail, ("again",), {}),
+                result=serialization.dump_exception(jobs.CustomError("first try")),
+                error="CustomError: first try",
+                finished_at=now,
+                attempt=1,
+            )
+            victim = add(
+                state=schema.FAILED,
+                payload=serialization.dump_payload(jobs.add, (serialization.JobRef(failed), 1), {}),
+                result=serialization.dependency_failure(failed, None),
+                error=f"DependencyFailed: upstream job {failed} failed",
+                finished_at=now,
+            )
+            conn.execute(insert(d).values(job_id=victim, depends_on_id=failed))
+    finally:
+        probe.close()
+
+    # Opening the database upgrades it.
+    ex = db.executor()
+    upgraded = db.store()
+    try:
+        with upgraded.engine.connect() as conn:
+            columns = {c["name"] for c in inspect(conn).get_columns(j.name)}
+            version = conn.execute(
+                select(upgraded.tables.meta.c.value).where(upgraded.tables.meta.c.name == "schema_version")
+            ).scalar_one()
+        assert set(_NEW_COLUMNS) <= columns
+        assert version == str(schema.SCHEMA_VERSION)
+        assert db.row(victim).failed_upstream == failed  # read from the error text, once
+        assert db.row(consumer).arg_refs is None  # not recorded: its executor passes every upstream result
+
+        # The job from before the upgrade runs, with its upstream result as its argument.
+        assert ex.future(consumer).result(timeout=T) == 42
+        # retry revives the dependent that failed because of the retried job, as it did before.
+        revived, refused = upgraded.retry([failed], 0, time.time())
+    finally:
+        upgraded.close()
+    assert revived == {failed: schema.READY, victim: schema.WAITING}, (revived, refused)
+    # The retried job fails again, and its dependent fails with it, through the structured cause.
+    fut = ex.future(victim)
+    error = fut.exception(timeout=T)
+    assert isinstance(error, DependencyFailed) and error.upstream_job_id == failed
+    assert db.row(victim).failed_upstream == failed
+
+
+def test_new_rows_record_their_refs_and_cause(db):
+    ex = db.executor()
+    a = ex.submit(jobs.add, 1, 1)
+    b = ex.submit(jobs.add, a, 1, after=[ex.submit(jobs.identity, 0)])
+    f = ex.submit(jobs.fail, "no")
+    g = ex.submit(jobs.add, f, 1)
+    assert b.result(timeout=T) == 3
+    assert isinstance(g.exception(timeout=T), DependencyFailed)
+    assert db.row(b.job_id).arg_refs == str(a.job_id)  # the after= dependency is only ordering
+    assert db.row(a.job_id).arg_refs == ""
+    assert db.row(g.job_id).failed_upstream == f.job_id
+    assert db.row(f.job_id).failed_upstream is None  # its own exception, not an inherited one
+
