@@ -40,6 +40,7 @@ from sqlalchemy import (
     literal_column,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.engine import Engine, Row
@@ -1056,6 +1057,58 @@ class Store:
             .values(lease_expires=now + ttl)
         )
         self._txn(lambda conn: conn.execute(stmt, [{"b_id": i, "b_attempt": a} for i, a in held]))
+
+    def renew_leases(
+        self, held: Sequence[tuple[int, int]], started: AbstractSet[int], ttl: float, now: float
+    ) -> set[int]:
+        """Extend the leases of ``held`` ``(job_id, attempt)`` pairs; mark the ``started`` ones running.
+
+        One statement per 500 jobs, whatever their state: an executor's writes
+        for its leases do not grow with its children. Guarded by the attempt
+        token and an active state. Returns the ids whose lease is gone
+        (reclaimed after it expired, or finished elsewhere).
+        """
+        j = self.tables.jobs
+        stmt = self._stmts.get("renew_leases")
+        if stmt is None:
+            running = case((j.c.id.in_(bindparam("b_started", expanding=True)), schema.RUNNING), else_=j.c.state)
+            stmt = self._stmts["renew_leases"] = (
+                update(j)
+                .where(tuple_(j.c.id, j.c.attempt).in_(bindparam("b_held", expanding=True)), self._active)
+                .values(lease_expires=bindparam("b_expires"), state=running)
+            )
+
+        def work(conn: Connection) -> set[int]:
+            lost: set[int] = set()
+            for part in _chunks(sorted(held)):
+                ids = {job_id for job_id, _ in part}
+                params = {"b_held": list(part), "b_started": sorted(ids & started), "b_expires": now + ttl}
+                if conn.execute(stmt, params).rowcount < len(part):
+                    mine = set(part)
+                    found = conn.execute(
+                        select(j.c.id, j.c.attempt).where(self.dialect.in_ids(j.c.id, sorted(ids)), self._active)
+                    ).all()
+                    lost |= ids - {int(r.id) for r in found if (int(r.id), r.attempt) in mine}
+            return lost
+
+        return self._txn(work, tries=3) if held else set()
+
+    def upstream_results(self, job_ids: Sequence[int]) -> dict[int, dict[int, bytes]]:
+        """For each of ``job_ids``, the results of its done upstream jobs (rows that did not record ``arg_refs``)."""
+        j, d = self.tables.jobs, self.tables.deps
+
+        def work(conn: Connection) -> dict[int, dict[int, bytes]]:
+            out: dict[int, dict[int, bytes]] = {i: {} for i in job_ids}
+            rows = conn.execute(
+                select(d.c.job_id, j.c.id, j.c.result)
+                .join(j, j.c.id == d.c.depends_on_id)
+                .where(self.dialect.in_ids(d.c.job_id, list(job_ids)), j.c.state == schema.DONE)
+            ).all()
+            for r in rows:
+                out[int(r.job_id)][int(r.id)] = r.result
+            return out
+
+        return self._txn(work, read_only=True)
 
     def release(self, job_id: int, attempt: int) -> bool:
         """Give back a claimed job that never started (its child could not start); False if not held."""
