@@ -79,10 +79,10 @@ def test_edges_out_of_finished_jobs_are_found_by_index_without_statistics(db):
         ]
         conn.execute(insert(d), edges)
     asked = uppers[:300]
-    stmt = store.dialect.edges_out(d, j, asked)
+    stmt = store.ctx.sql.edges_out
     with store.engine.connect() as conn:
-        found = sorted((int(a), int(b)) for a, b, _ in conn.execute(stmt))
-        plan = store.dialect.explain(conn, stmt)
+        found = sorted((int(a), int(b)) for a, b, _ in conn.execute(stmt, {"p_ids": asked}))
+        plan = store.driver.explain(conn, stmt, {"p_ids": asked})
     store.close()
     assert found == sorted((x, u) for u, x in zip(asked, lowers))
     text_plan = "\n".join(plan)
@@ -114,12 +114,12 @@ def test_repeated_statements_are_planned_for_the_table_as_it_is_now(db):
         conn.execute(insert(j), [{"state": schema.DONE, "fn_name": "f", "payload": b"x", "created_at": now}] * 20)
     with store.engine.connect() as conn:
         ids = [int(i) for i in conn.execute(select(j.c.id)).scalars()]
-        stmt = select(j.c.id).where(store.dialect.in_ids(j.c.id, ids[:5]))
+        stmt = select(j.c.id).where(store.driver.in_ids(j.c.id, "p_ids"))
         for _ in range(20):  # past psycopg's threshold (5 runs) and the server's five custom plans
-            assert len(conn.execute(stmt).all()) == 5
+            assert len(conn.execute(stmt, {"p_ids": ids[:5]}).all()) == 5
         conn.execute(insert(j), [{"state": schema.DONE, "fn_name": "f", "payload": b"x", "created_at": now}] * 5000)
         for _ in range(12):
-            assert len(conn.execute(stmt).all()) == 5
+            assert len(conn.execute(stmt, {"p_ids": ids[:5]}).all()) == 5
         if db.kind == "postgresql" and conn.dialect.server_version_info >= (14,):
             plans = conn.exec_driver_sql(
                 "SELECT generic_plans, custom_plans FROM pg_prepared_statements WHERE statement LIKE %(t)s",

@@ -130,8 +130,11 @@ def test_watch_migrate_and_exit_codes(db, tmp_path):
     try:
         absent = cli(other, "status")
         assert absent.returncode == 4 and "dbexecutor migrate" in absent.stderr
-        assert cli(other, "migrate").returncode == 0
+        first = cli(other, "migrate")
+        assert first.returncode == 0 and first.stdout.startswith("created the tables"), first.stdout
         assert _json(cli(other, "status", "--json"))["total"] == 0
+        again = cli(other, "migrate", "--json")
+        assert _json(again)["created_tables"] is False and _json(again)["upgraded_from"] is None
         assert cli(other, "migrate").stdout.endswith("up to date\n")
     finally:
         if db.kind != "sqlite":

@@ -10,42 +10,49 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.engine import Engine
 
 import jobs
 from dbexecutor import DependencyFailed
+from dbexecutor.store import submit
 
 T = 60
 
 
-def _count_insert_statements(ex: Any) -> list[tuple[int, int]]:
-    """(jobs, statements) of every insert of queued submits from now on."""
-    store = ex._store
-    real = store._insert_many
+@pytest.fixture
+def insert_statements(monkeypatch: Any) -> Iterator[list[tuple[int, int]]]:
+    """(jobs, statements) of every insert of queued submits (the store's ``submit.insert_many``) once armed."""
+    real = submit.insert_many
     inside = threading.local()
     calls: list[tuple[int, int]] = []
 
-    @event.listens_for(store.engine, "before_cursor_execute")
+    # Every engine of this process: the only one inserting jobs is the executor's.
     def count(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
         if getattr(inside, "n", None) is not None:
             inside.n += 1
 
-    def counted(conn: Any, new: Any, now: Any) -> Any:
+    def counted(ctx: Any, conn: Any, new: Any, now: Any, lease: Any = None) -> Any:
         inside.n = 0
         try:
-            return real(conn, new, now)
+            return real(ctx, conn, new, now, lease)
         finally:
             calls.append((len(new), inside.n))
             inside.n = None
 
-    store._insert_many = counted
-    return calls
+    monkeypatch.setattr(submit, "insert_many", counted)
+    event.listen(Engine, "before_cursor_execute", count)
+    try:
+        yield calls
+    finally:
+        event.remove(Engine, "before_cursor_execute", count)
 
 
-def test_a_burst_of_dependent_submits_costs_a_few_statements(db, tmp_path):
+def test_a_burst_of_dependent_submits_costs_a_few_statements(db, tmp_path, insert_statements):
     ex = db.executor(2)
     gate = str(tmp_path / "gate")
     done = ex.submit(jobs.identity, 5)
@@ -57,7 +64,8 @@ def test_a_burst_of_dependent_submits_costs_a_few_statements(db, tmp_path):
     assert cancelled.cancel()
     for f in (done, failed, running, cancelled):
         assert f.job_id is not None  # stored: the burst below only names stored jobs
-    calls = _count_insert_statements(ex)
+    calls = insert_statements
+    calls.clear()  # the upstream jobs' own inserts above do not count
     try:
         burst = []
         for i in range(60):

@@ -19,7 +19,8 @@ import pytest
 from sqlalchemy import event
 
 import jobs
-from dbexecutor.store import NewJob, Store
+from dbexecutor.records import NewJob
+from dbexecutor.store import Store
 
 TTL = 30.0
 T = 60
@@ -110,14 +111,11 @@ def test_delayed_jobs_and_full_executors_are_not_leased_on_insert(db, store):
     assert db.row(inserted[0].job_id).attempt == 0
 
 
+@pytest.mark.databases("sqlite", "mariadb")  # psycopg has no last row id: PostgreSQL always returns it
 def test_without_returning_the_insert_reads_its_row_back(db, store, monkeypatch):
     """MySQL has no INSERT ... RETURNING: the id comes from the driver and the state is read back."""
-    dialect = store.engine.dialect
-    if not getattr(dialect, "postfetch_lastrowid", False):
-        # PostgreSQL: psycopg has no last row id, and the server always has RETURNING.
-        assert dialect.insert_returning
-        return
-    monkeypatch.setattr(dialect, "insert_returning", False)
+    assert store.driver.insert_returning  # SQLite and MariaDB have it; MySQL is what this imitates
+    monkeypatch.setattr(store.driver, "insert_returning", False)
     (waiting,) = store.insert_jobs([_job(0, run_after=time.time() + 3600)], time.time())
     inserted, _, claimed = _tick(store, [_job(1)])
     assert inserted[0].state == "leased" and [c.job_id for c in claimed] == [inserted[0].job_id]
@@ -136,6 +134,9 @@ def test_an_executor_runs_idle_submits_through_it(db):
     rows = db.jobs()
     assert [r.state for r in rows] == ["done"] * 6 and {r.attempt for r in rows} == {1}
     assert [a.outcome for a in db.attempts()] == ["ok"] * 6
+    # Leased by the statement that inserted them: the lease was taken at the insert's own
+    # time. A claim stamps its lease after it took its locks, later than any insert before it.
+    assert [r.started_at == r.created_at for r in rows[1:]] == [True] * 5
 
 
 def test_a_burst_into_an_idle_executor_goes_in_leased(db, store):
@@ -188,3 +189,8 @@ def test_an_idle_map_runs_through_it(db):
     rows = db.jobs()
     assert {r.state for r in rows} == {"done"} and {r.attempt for r in rows} == {1}
     assert len(db.attempts()) == len(rows)
+    # Each map's first chunks (as many as the executor had free slots) went in
+    # leased by their insert, stamped with the insert's time; the rest were claimed.
+    for first, second in ((rows[0], rows[1]), (rows[10], rows[11])):
+        assert first.started_at == first.created_at and second.started_at == second.created_at
+    assert all(r.started_at > r.created_at for r in rows[2:10])

@@ -11,7 +11,7 @@ import time
 
 from sqlalchemy import select
 
-from dbexecutor.store import NewJob
+from dbexecutor.records import NewJob
 
 
 def _attempt(job_id: int, n: int, worker: str | None, outcome: str, detail: str | None, at: float) -> dict:
@@ -34,7 +34,7 @@ def test_rows_with_repeated_columns_read_back_as_written(db):
         written = []
         for rows in batches:
             with store.engine.begin() as conn:
-                store._insert_rows(conn, store.tables.attempts, [dict(r) for r in rows])
+                store.driver.insert_rows(conn, store.tables.attempts, [dict(r) for r in rows])
             written += rows
         a = store.tables.attempts
         with store.engine.connect() as conn:

@@ -11,7 +11,8 @@ from sqlalchemy import event, update
 
 import jobs
 from dbexecutor import schema
-from dbexecutor.store import NewJob, Store
+from dbexecutor.records import NewJob
+from dbexecutor.store import Store
 
 TTL = 30.0
 

@@ -181,7 +181,7 @@ def test_a_burst_of_large_payloads_is_written(db):
 def test_a_payload_over_the_servers_packet_limit_fails_its_future(db):
     """A row MySQL cannot take would make the server drop the connection (an outage to the retry loop)."""
     ex = db.executor(1)
-    limit = ex._store.dialect.max_payload
+    limit = ex._store.driver.max_payload
     assert limit is not None
     too_big = ex.submit(len, b"x" * (limit + 1))
     with pytest.raises(ValueError, match="max_allowed_packet"):

@@ -25,7 +25,7 @@ from .errors import (
 )
 from .executor import Batch, DBExecutor, JobOptions, Submitter
 from .future import JobFuture
-from .store import GroupInfo
+from .records import GroupInfo, JobDetail, JobSummary, StatusReport
 
 __version__ = "0.1.0"
 
@@ -39,6 +39,9 @@ __all__ = [
     "Submitter",
     "Batch",
     "GroupInfo",
+    "StatusReport",
+    "JobSummary",
+    "JobDetail",
     "DBExecutorError",
     "ConfigurationError",
     "DatabaseUnavailable",

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import asdict
 import os
 import pickletools
 import re
@@ -206,7 +207,7 @@ def _signature(store: Store, blob: bytes | None, context: bytes) -> str:
 
 
 def _status_data(store: Store) -> dict[str, Any]:
-    data = store.status(time.time())
+    data = store.status(time.time()).as_dict()
     data["database"] = masked_url(store.url)
     data["prefix"] = store.prefix
     data["group_settings"] = {g.name: {"weight": g.weight, "limit": g.limit} for g in store.groups()}
@@ -277,7 +278,7 @@ def cmd_status(store: Store, args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_list(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     now = time.time()
-    rows = store.list_jobs(
+    found = store.list_jobs(
         states=args.state or (),
         group=args.group,
         function=args.function,
@@ -286,6 +287,7 @@ def cmd_list(store: Store, args: argparse.Namespace, out: TextIO) -> int:
         created_after=None if args.newer_than is None else now - args.newer_than,
         limit=args.limit,
     )
+    rows = [r.as_dict() for r in found]
     if args.json:
         _json(rows, out)
     else:
@@ -306,7 +308,7 @@ def cmd_show(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     detail = store.job_detail(job_id)
     if detail is None:
         raise _Failure(EXIT_NOTHING, f"no job with id {job_id}")
-    job = detail["job"]
+    job = dict(detail.job)
     payload, result = job.pop("payload"), job.pop("result")
     info = {
         **{k: v for k, v in job.items()},
@@ -315,9 +317,9 @@ def cmd_show(store: Store, args: argparse.Namespace, out: TextIO) -> int:
         "result_size": None if result is None else len(bytes(result)),
         "result_signature": _signature(store, result, serialization.blob_context(job_id, job["state"])),
         "traceback": stored_traceback(result) if job["state"] == schema.FAILED else None,
-        "depends_on": detail["depends_on"],
-        "dependents": detail["dependents"],
-        "attempts": detail["attempts"],
+        "depends_on": [asdict(e) for e in detail.depends_on],
+        "dependents": [asdict(e) for e in detail.dependents],
+        "attempts": [asdict(a) for a in detail.attempts],
     }
     if args.json:
         _json(info, out)
@@ -338,14 +340,14 @@ def cmd_show(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     if result is not None:
         w(f"  result     {info['result_size']} bytes, signature: {info['result_signature']}\n")
     w(f"  error      {job['error'] or '-'}\n")
-    for label, edges in (("depends on", detail["depends_on"]), ("dependents", detail["dependents"])):
+    for label, edges in (("depends on", info["depends_on"]), ("dependents", info["dependents"])):
         w(f"  {label} " + (", ".join(f"{e['id']} ({e['state']})" for e in edges) or "-") + "\n")
-    if detail["attempts"]:
+    if info["attempts"]:
         w("\nattempts\n")
         _table(
             ["ATTEMPT", "OUTCOME", "WORKER", "STARTED", "ENDED", "DETAIL"],
             [[a["attempt"], a["outcome"], a["worker"] or "-", _when(a["started_at"]), _when(a["ended_at"]), _short(a["detail"], 70)]
-             for a in detail["attempts"]],
+             for a in info["attempts"]],
             out,
         )
     if info["traceback"]:
@@ -410,12 +412,28 @@ def cmd_purge(store: Store, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_migrate(store: Store, args: argparse.Namespace, out: TextIO) -> int:
-    created = store.migrate()
+    report = store.migrate()
+    created = report.created_indexes
     if args.json:
-        _json({"schema_version": schema.SCHEMA_VERSION, "created_indexes": created}, out)
+        _json(
+            {
+                "schema_version": schema.SCHEMA_VERSION,
+                "created_tables": report.created,
+                "upgraded_from": report.upgraded_from,
+                "created_indexes": created,
+            },
+            out,
+        )
+        return EXIT_OK
+    where = f"at {masked_url(store.url)} prefix {store.prefix!r}"
+    if report.created:
+        out.write(f"created the tables {where} (schema version {schema.SCHEMA_VERSION})\n")
+    elif report.upgraded_from is not None:
+        out.write(f"upgraded the tables {where} from schema version {report.upgraded_from} to {schema.SCHEMA_VERSION}\n")
     else:
-        out.write(f"schema version {schema.SCHEMA_VERSION} at {masked_url(store.url)} prefix {store.prefix!r}")
-        out.write(f"; created indexes: {', '.join(created)}\n" if created else "; up to date\n")
+        out.write(f"schema version {schema.SCHEMA_VERSION} {where}: up to date\n")
+    if created and not report.created:
+        out.write(f"created indexes: {', '.join(created)}\n")
     return EXIT_OK
 
 

@@ -24,7 +24,8 @@ from . import schema, serialization
 from .future import JobFuture
 from .pool import default_context
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
-from .store import GroupInfo, NewJob, Store, Submitted
+from .records import GroupInfo, NewJob, Submitted
+from .store import Store
 
 __all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
 
@@ -356,7 +357,7 @@ class DBExecutor(Executor):
 
     # -- groups and batches -------------------------------------------------------
 
-    def configure_group(self, name: str, *, weight: int | None = None, limit: Any = Store._KEEP) -> GroupInfo:
+    def configure_group(self, name: str, *, weight: int | None = None, limit: Any = Store.KEEP) -> GroupInfo:
         """Create or change a fair-share group, for every executor on this database.
 
         ``weight`` (>= 1): when slots are scarce, groups with ready work start
@@ -369,7 +370,7 @@ class DBExecutor(Executor):
             raise ValueError("group must be a non-empty string of at most 255 characters")
         if weight is not None and (not isinstance(weight, int) or weight < 1):
             raise ValueError("weight must be an integer >= 1")
-        if limit is not Store._KEEP and limit is not None and (not isinstance(limit, int) or limit < 0):
+        if limit is not Store.KEEP and limit is not None and (not isinstance(limit, int) or limit < 0):
             raise ValueError("limit must be an integer >= 0, or None for no limit")
         info = self._store.configure_group(name, weight=weight, limit=limit)
         self._scheduler.wake()
@@ -492,10 +493,10 @@ class DBExecutor(Executor):
             found.append(f)
         try:
             payload = serialization.dump_payload(fn, args, kwargs, self._store.signer)
-            limit = self._store.dialect.max_payload
+            limit = self._store.driver.max_payload
             if limit is not None and len(payload) > limit:
                 raise ValueError(
-                    f"the pickled call is {len(payload):,} bytes; this {self._store.dialect.label} server takes "
+                    f"the pickled call is {len(payload):,} bytes; this {self._store.driver.label} server takes "
                     f"at most {limit:,} in a row (max_allowed_packet): pass a path or a key instead of the data"
                 )
         except Exception as error:

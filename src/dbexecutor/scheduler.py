@@ -34,7 +34,8 @@ from . import schema, serialization
 from .errors import JobTimeoutError, PayloadRejected, WorkerDied
 from .future import JobFuture
 from .pool import Assignment, Child, describe_exit, kill_tree, start_child
-from .store import Claimed, Final, NewJob, Report, Store, Submitted, worker_name
+from .records import Claimed, Final, NewJob, Report, Submitted
+from .store import Store, worker_name
 
 log = logging.getLogger("dbexecutor")
 

@@ -25,50 +25,49 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import (
-    BigInteger,
     Column,
     Double,
     ForeignKey,
     Index,
     Integer,
-    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     String,
     Table,
-    Text,
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects import mysql
+
+from .dialects.types import JOBS_OPTIONS, TABLE_OPTIONS, Blob, Id, LongText, partial
 
 #: Version 3 added ``arg_refs``, ``failed_upstream`` and ``retry_delay`` to ``jobs``
 #: (``dbexecutor.store`` upgrades version 2 tables in place when it opens them).
 SCHEMA_VERSION = 3
 
-# Job states.
-WAITING = "waiting"  # some upstream job is not done yet
-READY = "ready"  # runnable once run_after has passed
-LEASED = "leased"  # claimed by an executor; a child is about to run it
-RUNNING = "running"  # a child has been running it for a moment (set by its heartbeat)
-DONE = "done"
-FAILED = "failed"
-CANCELLED = "cancelled"
-
-ACTIVE_STATES = (LEASED, RUNNING)
-FINAL_STATES = (DONE, FAILED, CANCELLED)
-PENDING_STATES = (WAITING, READY)
-ALL_STATES = (WAITING, READY, LEASED, RUNNING, DONE, FAILED, CANCELLED)
-
-DEFAULT_GROUP = "default"
+# The states live in their own module (no database code) and are re-exported here.
+from .states import (  # noqa: E402
+    ACTIVE_STATES,
+    ALL_STATES,
+    CANCELLED,
+    DEFAULT_GROUP,
+    DONE,
+    FAILED,
+    FINAL_STATES,
+    LEASED,
+    PENDING_STATES,
+    READY,
+    RUNNING,
+    WAITING,
+)
 
 _PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,29}$")
 
-# BIGINT ids everywhere but SQLite, whose autoincrement needs INTEGER PRIMARY KEY.
-_Id = BigInteger().with_variant(Integer(), "sqlite")
-# MySQL's BLOB stops at 64 KiB; payloads and results can be much larger.
-_Blob = LargeBinary().with_variant(mysql.LONGBLOB(), "mysql", "mariadb")
-_Text = Text().with_variant(mysql.MEDIUMTEXT(), "mysql", "mariadb")
+_Id, _Blob, _Text = Id, Blob, LongText
+
+__all__ = [
+    "SCHEMA_VERSION", "Tables", "make_tables", "validate_prefix", "ACTIVE_STATES", "ALL_STATES", "CANCELLED",
+    "DEFAULT_GROUP", "DONE", "FAILED", "FINAL_STATES", "LEASED", "PENDING_STATES", "READY", "RUNNING", "WAITING",
+]
 
 
 def validate_prefix(prefix: str) -> str:
@@ -101,7 +100,7 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
     """
     validate_prefix(prefix)
     md = MetaData()
-    opts: dict[str, Any] = {"mysql_engine": "InnoDB", "mysql_charset": "utf8mb4", "mariadb_engine": "InnoDB", "mariadb_charset": "utf8mb4"}
+    opts: dict[str, Any] = TABLE_OPTIONS
     jobs = Table(
         f"{prefix}jobs",
         md,
@@ -135,10 +134,7 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         Column("started_at", Double, nullable=True),
         Column("finished_at", Double, nullable=True),
         UniqueConstraint("job_key", name=f"{prefix}uq_jobs_key"),
-        # SQLite would otherwise hand out the id of a purged last row again,
-        # and an old future (or a CLI user) would name a different job.
-        sqlite_autoincrement=True,
-        **opts,
+        **JOBS_OPTIONS,
     )
     # The claim asks each group for its best ready rows: (group, priority, age).
     if partial_indexes:
@@ -147,15 +143,14 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
             jobs.c.group_key,
             jobs.c.priority.desc(),
             jobs.c.id,
-            postgresql_where=text("state = 'ready'"),
-            sqlite_where=text("state = 'ready'"),
+            **partial(text("state = 'ready'")),
         )
     else:
         Index(f"{prefix}ix_jobs_ready", jobs.c.state, jobs.c.group_key, jobs.c.priority.desc(), jobs.c.id)
     # Reclaim looks for expired leases among leased/running rows. Partial where
     # possible, so that no planner prefers it over the ready index for a claim.
     active = text("state IN ('leased', 'running')")
-    Index(f"{prefix}ix_jobs_lease", jobs.c.state, jobs.c.lease_expires, postgresql_where=active, sqlite_where=active)
+    Index(f"{prefix}ix_jobs_lease", jobs.c.state, jobs.c.lease_expires, **partial(active))
     # Retention and purge look for jobs finished before a bound.
     Index(f"{prefix}ix_jobs_finished", jobs.c.finished_at)
     deps = Table(

@@ -1,0 +1,267 @@
+"""The driver interface every database implements, with the plumbing they share.
+
+A :class:`Driver` answers every question where databases differ, as a method
+that each dialect implements or inherits: how to connect and what to check on
+the server, how to lock rows for a claim, how to pass a list of ids, how to
+insert many rows and learn their ids, how to lease and finish rows in as few
+statements as the database allows, how to notify other processes. Real
+differences are capability flags (``update_returning``, ``insert_returning``,
+``supports_notify``, ``supports_partial_indexes``) that this base class reads
+to pick the shared implementation; a subclass overrides only what its database
+does better. Nothing outside this package looks at a dialect's name, and no
+method answers "not here, do it yourself".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from sqlalchemy import ColumnElement, Insert, Select, Table, bindparam, insert, select
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.schema import CreateColumn
+from sqlalchemy.sql import visitors
+from sqlalchemy.sql.elements import BindParameter
+
+from .. import schema
+from ..errors import DatabaseUnavailable, DBExecutorError
+from ..records import Claimed, parse_refs
+
+if TYPE_CHECKING:
+    from ..store.sql import Statements
+
+__all__ = ["Driver", "packets"]
+
+log = logging.getLogger("dbexecutor.store")
+
+PACKET_BYTES = 4 << 20  # text and bytes per multi-row statement: well under MySQL's max_allowed_packet
+ROWS_PER_STATEMENT = 500  # rows per set-based statement (3 to 5 parameters each)
+
+
+def packets(rows: Sequence[dict[str, Any]], limit: int = PACKET_BYTES) -> Iterator[Sequence[dict[str, Any]]]:
+    """``rows`` in runs of at most ``ROWS_PER_STATEMENT`` rows and about ``limit`` bytes of data."""
+    start, size = 0, 0
+    for n, row in enumerate(rows):
+        weight = sum(len(v) for v in row.values() if isinstance(v, (bytes, str)))
+        if n > start and (n - start >= ROWS_PER_STATEMENT or size + weight > limit):
+            yield rows[start:n]
+            start, size = n, 0
+        size += weight
+    if start < len(rows):
+        yield rows[start:]
+
+
+class Driver:
+    """One database's answers to the store's questions (subclassed per database)."""
+
+    #: Human name, for messages.
+    label: ClassVar[str] = "database"
+    #: ``pip install 'dbexecutor[extra]'`` brings the driver.
+    extra: ClassVar[str | None] = None
+    #: ``CREATE INDEX ... WHERE`` works (else the ready index is a composite led by ``state``).
+    supports_partial_indexes: ClassVar[bool] = True
+    #: :meth:`notify` and :meth:`listen` reach other processes (PostgreSQL's LISTEN/NOTIFY).
+    supports_notify: ClassVar[bool] = False
+    #: ``UPDATE ... RETURNING``: a claim leases and reads its rows in one statement.
+    update_returning: bool = True
+    #: ``INSERT ... RETURNING``: an insert reads back the ids (and states) it made.
+    insert_returning: bool = True
+    #: The largest payload a row can hold here (bytes; None: no limit worth checking).
+    max_payload: int | None = None
+    #: Data per multi-row statement (see :func:`packets`).
+    packet_bytes: int = PACKET_BYTES
+    #: What ``EXPLAIN`` is spelled as here.
+    explain_prefix: ClassVar[str] = "EXPLAIN "
+
+    def __init__(self, url: URL) -> None:
+        self.url = url
+        self._built: dict[Any, Any] = {}  # statements this driver derived from the catalogue's, built once
+
+    # -- connecting -------------------------------------------------------------------------------
+
+    def database_missing(self) -> bool:
+        """True if connecting would create the database (an SQLite file that is not there yet)."""
+        return False
+
+    def engine_options(self) -> dict[str, Any]:
+        """Keyword arguments for ``create_engine``."""
+        # No pre-ping: it would cost a round trip per transaction. A connection that
+        # died in the pool fails its first statement, and the store runs the
+        # transaction again on a fresh one (SQLAlchemy invalidates the pool).
+        return {"pool_size": 4, "max_overflow": 8}
+
+    def setup_engine(self, engine: Engine) -> None:
+        """Install connection events (nothing by default)."""
+
+    def check_server(self, conn: Connection) -> None:
+        """Raise ``ConfigurationError`` if the server cannot run dbexecutor; learn what it supports."""
+
+    def is_transient(self, error: DBAPIError) -> bool:
+        """Whether the failed transaction is worth running again (deadlock, busy, lost connection)."""
+        return bool(error.connection_invalidated)
+
+    def connect_failure(self, error: DBAPIError) -> DBExecutorError:
+        """What to raise when the first connection (or its setup) fails: where, and why, password masked."""
+        url = self.url
+        where = f"{url.host or 'localhost'}:{url.port or 'default port'}" if url.host or url.port else url.database
+        reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+        if url.password:
+            reason = reason.replace(url.password, "***")
+        masked = url.render_as_string(hide_password=True)
+        return DatabaseUnavailable(f"cannot connect to {self.label} at {where} ({masked}): {reason}")
+
+    # -- schema -----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def schema_lock(self, conn: Connection, name: str) -> Iterator[None]:
+        """Serialise schema creation and upgrades between processes (inside ``conn``'s transaction)."""
+        yield
+
+    def add_column(self, conn: Connection, table: Table, column: Any) -> None:
+        """``ALTER TABLE ... ADD COLUMN``: a column a later schema version added to an existing table."""
+        quote = conn.dialect.identifier_preparer.quote
+        spec = CreateColumn(column).compile(dialect=conn.dialect)
+        conn.exec_driver_sql(f"ALTER TABLE {quote(table.name)} ADD COLUMN {spec}")
+
+    # -- building statements ----------------------------------------------------------------------
+
+    def for_claim(self, stmt: Select[Any]) -> Select[Any]:
+        """Lock the selected ready rows, skipping rows another claim holds."""
+        return stmt.with_for_update(skip_locked=True)
+
+    def for_update(self, stmt: Select[Any]) -> Select[Any]:
+        """Lock the selected rows until the transaction ends (waiting if needed)."""
+        return stmt.with_for_update()
+
+    def in_ids(self, column: Any, name: str) -> ColumnElement[bool]:
+        """``column`` is one of the ids bound to the parameter ``name`` (a list of ints at execution)."""
+        return column.in_(bindparam(name, expanding=True))
+
+    def id_in(self, column: Any, ids: Select[Any]) -> ColumnElement[bool]:
+        """``column`` is one of the ids ``ids`` selects (for an UPDATE that claims them)."""
+        return column.in_(ids)
+
+    def insert_ignore(self, table: Table) -> Insert:
+        """An ``INSERT`` that silently skips rows whose primary key exists."""
+        return insert(table).prefix_with("IGNORE")
+
+    def edges_out(self, deps: Table, jobs: Table, name: str) -> Select[Any]:
+        """``(job_id, depends_on_id, batch)`` of every edge out of the jobs bound to ``name`` (``batch``: the dependent's)."""
+        stmt = select(deps.c.job_id, deps.c.depends_on_id, jobs.c.batch).join(jobs, jobs.c.id == deps.c.job_id)
+        return stmt.where(self.in_ids(deps.c.depends_on_id, name))
+
+    def explain(self, conn: Connection, stmt: Any, params: dict[str, Any]) -> list[str]:
+        """The query plan of ``stmt`` with ``params``, one text line per plan row."""
+
+        def bind(element: Any) -> Any:
+            if isinstance(element, BindParameter) and element.key in params:
+                return element._with_value(params[element.key], maintain_key=True, required=False)
+            return None
+
+        # The values go into the text: EXPLAIN plans the statement as it would
+        # run with them (the planner sees the values, as with custom plans).
+        literal = visitors.replacement_traverse(stmt, {}, bind)  # type: ignore[call-overload]
+        sql = str(literal.compile(conn, compile_kwargs={"literal_binds": True}))
+        return [" | ".join(str(v) for v in row) for row in conn.exec_driver_sql(self.explain_prefix + sql)]
+
+    def _derived(self, key: Any, build: Callable[[], Any]) -> Any:
+        stmt = self._built.get(key)
+        if stmt is None:
+            stmt = self._built[key] = build()
+        return stmt
+
+    # -- running statements -----------------------------------------------------------------------
+
+    def insert_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+        """Insert ``rows`` (the same keys each) with as few statements as the database allows."""
+        if rows:
+            conn.execute(insert(table), list(rows))
+
+    def insert_job_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> list[int]:
+        """Insert job ``rows`` (the same keys each) and return their new ids, in row order."""
+        if len(rows) > 1 and self.insert_returning:
+            stmt = self._derived(("insert_returning", table.name), lambda: insert(table).returning(table.c.id, sort_by_parameter_order=True))
+            return [int(x) for x in conn.execute(stmt, list(rows)).scalars()]
+        # Without RETURNING (MySQL), one statement per row: each reports its own id.
+        return [self._insert_one(conn, table, row) for row in rows]
+
+    def _insert_one(self, conn: Connection, table: Table, row: dict[str, Any]) -> int:
+        key = conn.execute(insert(table), row).inserted_primary_key
+        assert key is not None
+        return int(key[0])
+
+    def insert_reading_state(self, conn: Connection, stmt: Insert, params: dict[str, Any], table: Table) -> tuple[int, str]:
+        """Run a one-row ``INSERT ... SELECT`` and return the new row's id and the state it went in with."""
+        if self.insert_returning:
+            returning = self._derived(("returning_state", id(stmt)), lambda: stmt.returning(table.c.id, table.c.state))
+            got = conn.execute(returning, params).one()
+            return int(got.id), str(got.state)
+        # No RETURNING: the id the insert made, and its state read back.
+        job_id = int(conn.execute(stmt, params).lastrowid)
+        return job_id, str(conn.execute(select(table.c.state).where(table.c.id == job_id)).scalar_one())
+
+    def lease_rows(self, conn: Connection, sql: Statements, params: dict[str, Any]) -> list[Claimed]:
+        """Lease the ``p_limit`` best runnable rows of group ``p_group`` (skipping rows another claim holds).
+
+        With ``UPDATE ... RETURNING`` one statement leases the rows the pick
+        selects and reads them back; otherwise the pick locks them and an
+        ``UPDATE`` by id leases them.
+        """
+        if self.update_returning:
+            # RETURNING has no order: sort as the pick did.
+            leased = sorted(conn.execute(sql.lease_picked, params).all(), key=lambda r: (-r.priority, r.id))
+            return [_claimed(r, r.attempt) for r in leased]
+        picked = conn.execute(sql.pick, params).all()
+        if picked:
+            conn.execute(sql.lease_ids, {**params, "p_ids": [int(r.id) for r in picked]})
+        return [_claimed(r, r.attempt + 1) for r in picked]
+
+    def finish_done(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float) -> set[int]:
+        """Mark ``(id, attempt, result)`` done where that attempt still holds an active lease; the ids it finished.
+
+        The base form is an executemany of the guarded ``mark_done`` statement,
+        then, if the count falls short (a lease was lost), a read of which
+        rows this transaction finished.
+        """
+        params = [{"p_id": i, "p_attempt": a, "p_result": blob, "p_now": now} for i, a, blob in rows]
+        res = conn.execute(sql.mark_done, params) if len(params) > 1 else conn.execute(sql.mark_done, params[0])
+        if res.rowcount == len(rows):
+            return {i for i, _, _ in rows}
+        return self.finished_by(conn, sql, rows)
+
+    def finished_by(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]]) -> set[int]:
+        """Which of ``(id, attempt, _)`` are done with that attempt as their token (read back after a short count)."""
+        mine = {(i, a) for i, a, _ in rows}
+        found = conn.execute(sql.done_tokens, {"p_ids": sorted(i for i, _ in mine)}).all()
+        return {int(r.id) for r in found if (int(r.id), r.attempt) in mine}
+
+    # -- notifications ----------------------------------------------------------------------------
+
+    def notify(self, conn: Connection, channel: str, payload: str) -> None:
+        """Queue a notification, delivered when ``conn``'s transaction commits (only if :attr:`supports_notify`)."""
+        raise NotImplementedError(f"{self.label} has no notifications")
+
+    def listen(
+        self, engine: Engine, channel: str, callback: Callable[[str | None], None], stop: threading.Event
+    ) -> threading.Thread:
+        """Start a thread that calls ``callback(payload)`` per notification until ``stop`` is set (only if :attr:`supports_notify`).
+
+        ``callback(None)`` means notifications may have been missed (the
+        listening connection was (re)opened): look at everything.
+        """
+        raise NotImplementedError(f"{self.label} has no notifications")
+
+    # -- used by subclasses -----------------------------------------------------------------------
+
+    @staticmethod
+    def active_states_sql() -> str:
+        """``'leased', 'running'`` for statements written as text."""
+        return ", ".join(f"'{s}'" for s in schema.ACTIVE_STATES)
+
+
+def _claimed(row: Any, attempt: int) -> Claimed:
+    return Claimed(int(row.id), attempt, row.payload, row.fn_name, row.timeout, parse_refs(row.arg_refs), row.retry_delay)

@@ -1,0 +1,140 @@
+"""MySQL >= 8.0.1 and MariaDB >= 10.6 through PyMySQL: InnoDB, READ COMMITTED, ``SKIP LOCKED``.
+
+MariaDB stands in for MySQL in this project's tests. What differs between the
+two is learnt from the server at connect time, here and nowhere else: MariaDB
+has ``INSERT ... RETURNING``, MySQL does not (there every row of a multi-row
+insert of jobs is its own statement, so that each reports its id). Neither
+has ``UPDATE ... RETURNING``: a claim locks its rows with a select, then
+leases them by id.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Table, text
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from .. import schema
+from ..errors import ConfigurationError
+from .base import PACKET_BYTES, ROWS_PER_STATEMENT, Driver, packets
+
+if TYPE_CHECKING:
+    from ..store.sql import Statements
+
+__all__ = ["MySQLDriver"]
+
+
+class MySQLDriver(Driver):
+    """MySQL/MariaDB: row locks with ``SKIP LOCKED`` at READ COMMITTED; multi-row statements as text."""
+
+    label = "MySQL/MariaDB"
+    extra = "mysql"
+    supports_partial_indexes = False
+    update_returning = False
+    insert_returning = False  # until the server says it is MariaDB (check_server)
+    # Deadlock, lock wait timeout, server gone away, lost connection, cannot connect, shutting down, idle timeout.
+    _TRANSIENT = {1213, 1205, 2006, 2013, 2003, 1053, 4031}
+
+    def engine_options(self) -> dict[str, Any]:
+        # READ COMMITTED for every transaction: each statement of a claim or a
+        # finalize sees rows committed since the transaction began, as on
+        # PostgreSQL, instead of REPEATABLE READ's start-of-transaction snapshot.
+        return {**super().engine_options(), "isolation_level": "READ COMMITTED", "pool_recycle": 3600}
+
+    def check_server(self, conn: Connection) -> None:
+        dialect = conn.dialect
+        version = tuple(dialect.server_version_info or ())
+        mariadb = bool(getattr(dialect, "is_mariadb", False))
+        if mariadb and version < (10, 6):
+            raise ConfigurationError(
+                f"MariaDB {'.'.join(map(str, version))} is too old: dbexecutor needs MariaDB 10.6 or newer "
+                "for SKIP LOCKED; upgrade the server or use PostgreSQL or SQLite"
+            )
+        if not mariadb and version < (8, 0, 1):
+            raise ConfigurationError(
+                f"MySQL {'.'.join(map(str, version))} is too old: dbexecutor needs MySQL 8.0.1 or newer "
+                "for SKIP LOCKED; upgrade the server or use PostgreSQL or SQLite"
+            )
+        self.insert_returning = mariadb
+        # A statement larger than this is refused, or the server drops the
+        # connection, which looks like an outage and would be retried forever.
+        packet = int(conn.execute(text("SELECT @@max_allowed_packet")).scalar() or 0)
+        if packet:
+            self.max_payload = max(1, packet - (64 << 10))  # room for the rest of the row and the statement
+            self.packet_bytes = min(PACKET_BYTES, packet // 4)
+
+    def is_transient(self, error: DBAPIError) -> bool:
+        args = getattr(error.orig, "args", ())
+        code = args[0] if args and isinstance(args[0], int) else None
+        return super().is_transient(error) or code in self._TRANSIENT
+
+    @contextlib.contextmanager
+    def schema_lock(self, conn: Connection, name: str) -> Iterator[None]:
+        # DDL commits implicitly on MySQL, so the lock must be session-level.
+        got = conn.execute(text("SELECT GET_LOCK(:n, 120)"), {"n": name[:64]}).scalar()
+        if got != 1:
+            raise TimeoutError(f"could not take the schema lock {name!r} within 120 s")
+        try:
+            yield
+        finally:
+            conn.execute(text("SELECT RELEASE_LOCK(:n)"), {"n": name[:64]})
+
+    # -- running statements -----------------------------------------------------------------------
+    # Multi-row statements go to PyMySQL as text: SQLAlchemy's executemany
+    # costs more Python time per row than the server spends on it, and PyMySQL
+    # runs an UPDATE executemany as one round trip per row.
+
+    def _multi_insert(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]], returning: bool) -> list[int]:
+        columns = list(rows[0])
+        quote = conn.dialect.identifier_preparer.quote
+        head = f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in columns)}) VALUES "
+        one = "(" + ", ".join(["%s"] * len(columns)) + ")"
+        tail = " RETURNING id" if returning else ""
+        ids: list[int] = []
+        for part in packets(rows, self.packet_bytes):
+            res = conn.exec_driver_sql(head + ", ".join([one] * len(part)) + tail, tuple(r[c] for r in part for c in columns))
+            if returning:
+                # One statement's auto-increment values rise in row order.
+                ids += sorted(int(i) for i in res.scalars())
+        return ids
+
+    def insert_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+        """One multi-row ``INSERT`` per packet of rows."""
+        if rows:
+            self._multi_insert(conn, table, rows, returning=False)
+
+    def insert_job_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> list[int]:
+        """MariaDB: multi-row ``INSERT ... RETURNING id``; MySQL: one statement per row (the base form)."""
+        if len(rows) > 1 and self.insert_returning:
+            return self._multi_insert(conn, table, rows, returning=True)
+        return super().insert_job_rows(conn, table, rows)
+
+    def finish_done(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float) -> set[int]:
+        """One ``UPDATE`` per chunk, each row's result and token picked by ``CASE`` on the id; a short count is read back."""
+        jobs = sql.tables.jobs
+        won: set[int] = set()
+        quote = conn.dialect.identifier_preparer.quote
+        for start in range(0, len(rows), ROWS_PER_STATEMENT):
+            part = rows[start : start + ROWS_PER_STATEMENT]
+            cases = " ".join(["WHEN %s THEN %s"] * len(part))
+            stmt = (
+                f"UPDATE {quote(jobs.name)} SET state = '{schema.DONE}', result = CASE id {cases} END, error = NULL, "
+                f"finished_at = %s, lease_owner = NULL, lease_expires = NULL "
+                f"WHERE id IN ({', '.join(['%s'] * len(part))}) AND attempt = CASE id {cases} END "
+                f"AND state IN ({self.active_states_sql()})"
+            )
+            params = (
+                tuple(x for job_id, _, blob in part for x in (job_id, blob))
+                + (now,)
+                + tuple(job_id for job_id, _, _ in part)
+                + tuple(x for job_id, attempt, _ in part for x in (job_id, attempt))
+            )
+            if conn.exec_driver_sql(stmt, params).rowcount == len(part):
+                won.update(r[0] for r in part)
+            else:  # some lease was lost: which rows did this statement finish?
+                won |= self.finished_by(conn, sql, part)
+        return won

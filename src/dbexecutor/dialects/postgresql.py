@@ -1,0 +1,253 @@
+"""PostgreSQL through psycopg 3: ``FOR UPDATE SKIP LOCKED`` at READ COMMITTED, LISTEN/NOTIFY, set-based writes."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import (
+    ARRAY,
+    BigInteger,
+    ColumnElement,
+    Insert,
+    Select,
+    Table,
+    any_,
+    bindparam,
+    event,
+    func,
+    literal_column,
+    select,
+    text,
+    true,
+)
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from .. import schema
+from .base import Driver
+
+if TYPE_CHECKING:
+    from ..store.sql import Statements
+
+__all__ = ["PostgreSQLDriver"]
+
+log = logging.getLogger("dbexecutor.listen")
+
+
+class PostgreSQLDriver(Driver):
+    """PostgreSQL: row locks with ``SKIP LOCKED``, arrays for id lists and set-based writes, LISTEN/NOTIFY."""
+
+    label = "PostgreSQL"
+    extra = "postgresql"
+    supports_notify = True
+    # Deadlock, serialization failure, lock not available, admin shutdown, crash shutdown, cannot connect now.
+    _TRANSIENT = {"40P01", "40001", "55P03", "57P01", "57P02", "57P03"}
+
+    def __init__(self, url: URL) -> None:
+        super().__init__(url)
+        self._sequences: dict[str, str] = {}
+
+    # -- connecting -------------------------------------------------------------------------------
+
+    def setup_engine(self, engine: Engine) -> None:
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_conn: Any, _record: Any) -> None:
+            # No JIT compilation: every statement here is short, and a cost
+            # estimate made without statistics (a table autovacuum has not
+            # analyzed yet) can pass jit_above_cost and add a compile far
+            # longer than the lookup itself.
+            settings = "SET jit = off"
+            if dbapi_conn.info.server_version >= 120000:
+                # Plan every execution for the table as it is now. psycopg
+                # prepares a statement on the server after a few runs, and the
+                # server may keep the generic plan it made then: made while
+                # the table was small, it scanned the table, and kept
+                # scanning as the table grew.
+                settings += "; SET plan_cache_mode = force_custom_plan"
+            with dbapi_conn.cursor() as cur:
+                cur.execute(settings)
+            dbapi_conn.commit()
+
+    def is_transient(self, error: DBAPIError) -> bool:
+        code = getattr(error.orig, "sqlstate", None)
+        if code is None:
+            # No SQLSTATE: the connection itself failed (refused while the server restarts, reset, ...).
+            return isinstance(error, OperationalError)
+        return super().is_transient(error) or code in self._TRANSIENT or code.startswith("08")
+
+    # -- schema -----------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def schema_lock(self, conn: Connection, name: str) -> Iterator[None]:
+        # Transaction-scoped advisory lock: released by the commit that publishes the tables.
+        conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": zlib.crc32(name.encode())})
+        yield
+
+    # -- building statements ----------------------------------------------------------------------
+
+    def insert_ignore(self, table: Table) -> Insert:
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).on_conflict_do_nothing()
+
+    def in_ids(self, column: Any, name: str) -> ColumnElement[bool]:
+        # One array parameter: the statement's text stays the same whatever the
+        # number of ids, so psycopg and the server parse it once (an IN list
+        # is a new statement for each length).
+        return column == any_(bindparam(name, type_=ARRAY(BigInteger)))
+
+    def id_in(self, column: Any, ids: Select[Any]) -> ColumnElement[bool]:
+        # id = ANY(ARRAY(subquery)): the subquery runs once and the update finds
+        # its rows through the primary key. With IN (subquery) the planner may
+        # hash-join against a sequential scan of the whole table.
+        return column == any_(func.array(ids.scalar_subquery()))
+
+    def edges_out(self, deps: Table, jobs: Table, name: str) -> Select[Any]:
+        # One index lookup per upstream id, whatever the planner believes:
+        # without statistics (before the first ANALYZE, or with autovacuum
+        # off) it takes "depends_on_id = ANY(ids)" to match a large share of
+        # the edge table for a few hundred ids and hash-joins sequential scans
+        # of both tables, so every finish got slower as the tables grew.
+        # OFFSET 0 keeps the LATERAL subquery from being flattened into
+        # that join again.
+        u = func.unnest(bindparam(name, type_=ARRAY(BigInteger))).table_valued("id").render_derived(name="u")
+        # The dependent's batch flag as a primary-key lookup per edge: joined,
+        # the same missing statistics made the planner hash-join a scan of
+        # the jobs table once per upstream id.
+        batch = select(jobs.c.batch).where(jobs.c.id == deps.c.job_id).scalar_subquery()
+        edges = (
+            select(deps.c.job_id, deps.c.depends_on_id, batch.label("batch"))
+            .where(deps.c.depends_on_id == u.c.id)
+            .offset(literal_column("0"))
+            .lateral("e")
+        )
+        return select(edges.c.job_id, edges.c.depends_on_id, edges.c.batch).select_from(u).join(edges, true())
+
+    # -- running statements -----------------------------------------------------------------------
+    # Set-based writes: one statement whose parameters are arrays, unnested on
+    # the server. Pipelined or not, one statement per row costs the server
+    # (and psycopg) several times more than one statement for the batch.
+
+    def _unnest(self, conn: Connection, table: Table, columns: Sequence[str]) -> str:
+        types = [table.c[c].type.compile(dialect=conn.dialect) for c in columns]
+        return ", ".join(f"CAST(:a{i} AS {t}[])" for i, t in enumerate(types))
+
+    def insert_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+        """``INSERT ... SELECT FROM unnest(arrays)``: one statement for all rows."""
+        if not rows:
+            return
+        columns = list(rows[0])
+        first = rows[0]
+        # A column with the same value in every row (the group, the function,
+        # the lease of a burst leased on insert, ...) is bound once as a
+        # scalar: psycopg dumps array elements one by one in Python.
+        same = tuple(
+            len(rows) > 1 and all(type(row[c]) is type(first[c]) and row[c] == first[c] for row in rows)
+            for c in columns
+        )
+        if all(same):
+            same = (False,) + same[1:]  # unnest needs one array, for the number of rows
+        arrays = [c for c, one in zip(columns, same) if not one]
+        scalars = [c for c, one in zip(columns, same) if one]
+
+        def build() -> Any:
+            quote = conn.dialect.identifier_preparer.quote
+            picked = {c: f"u.a{k}" for k, c in enumerate(arrays)}
+            picked.update({c: f"CAST(:s{k} AS {table.c[c].type.compile(dialect=conn.dialect)})" for k, c in enumerate(scalars)})
+            return text(
+                f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in columns)}) "
+                f"SELECT {', '.join(picked[c] for c in columns)} FROM unnest({self._unnest(conn, table, arrays)}) "
+                f"AS u({', '.join(f'a{k}' for k in range(len(arrays)))})"
+            )
+
+        stmt = self._derived(("insert", table.name, tuple(columns), same), build)
+        params = {f"a{k}": [row[c] for row in rows] for k, c in enumerate(arrays)}
+        params.update({f"s{k}": first[c] for k, c in enumerate(scalars)})
+        conn.execute(stmt, params)
+
+    def insert_job_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> list[int]:
+        """Ids from the sequence in one round trip, then one set-based insert with them."""
+        if len(rows) == 1:
+            return [self._insert_one(conn, table, rows[0])]
+        # A multi-row INSERT ... RETURNING makes psycopg parse a new long query
+        # text on every call; reserving the ids first keeps the insert's text fixed.
+        seq = self._sequences.get(table.name)
+        if seq is None:
+            seq = conn.execute(text("SELECT pg_get_serial_sequence(:t, 'id')"), {"t": table.name}).scalar_one()
+            self._sequences[table.name] = seq
+        ids = sorted(
+            int(i)
+            for i in conn.execute(
+                text("SELECT nextval(CAST(:s AS regclass)) FROM generate_series(1, :n)"), {"s": seq, "n": len(rows)}
+            ).scalars()
+        )
+        self.insert_rows(conn, table, [{**row, "id": job_id} for row, job_id in zip(rows, ids)])
+        return ids
+
+    def finish_done(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float) -> set[int]:
+        """One ``UPDATE ... FROM unnest(...) RETURNING``: the rows it finished are exactly the ids returned."""
+        jobs = sql.tables.jobs
+
+        def build() -> Any:
+            quote = conn.dialect.identifier_preparer.quote
+            return text(
+                f"UPDATE {quote(jobs.name)} AS j SET state = '{schema.DONE}', result = u.result, error = NULL, "
+                "finished_at = :now, lease_owner = NULL, lease_expires = NULL "
+                f"FROM unnest({self._unnest(conn, jobs, ['id', 'attempt', 'result'])}) AS u(id, attempt, result) "
+                f"WHERE j.id = u.id AND j.attempt = u.attempt AND j.state IN ({self.active_states_sql()}) RETURNING j.id"
+            )
+
+        stmt = self._derived(("finish", jobs.name), build)
+        params = {"a0": [r[0] for r in rows], "a1": [r[1] for r in rows], "a2": [r[2] for r in rows], "now": now}
+        return {int(i) for i in conn.execute(stmt, params).scalars()}
+
+    # -- notifications ----------------------------------------------------------------------------
+
+    def notify(self, conn: Connection, channel: str, payload: str) -> None:
+        # pg_notify() rather than NOTIFY: the payload is a bound parameter.
+        conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": channel, "p": payload})
+
+    def listen(
+        self, engine: Engine, channel: str, callback: Callable[[str | None], None], stop: threading.Event
+    ) -> threading.Thread:
+        # A connection of its own, outside the pool: it sits in LISTEN for the
+        # executor's lifetime, in autocommit (notifications arrive between transactions).
+        cargs, cparams = engine.dialect.create_connect_args(self.url)
+        thread = threading.Thread(
+            target=_listen, args=(cargs, cparams, channel, callback, stop), name="dbexecutor-listen", daemon=True
+        )
+        thread.start()
+        return thread
+
+
+def _listen(
+    cargs: Any, cparams: dict[str, Any], channel: str, callback: Callable[[str | None], None], stop: threading.Event
+) -> None:
+    import psycopg
+    from psycopg import sql
+
+    backoff = 0.1
+    while not stop.is_set():
+        try:
+            with psycopg.connect(*cargs, **cparams, autocommit=True) as pg:
+                pg.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+                callback(None)  # anything sent while we were not listening is unknown
+                backoff = 0.1
+                while not stop.is_set():
+                    # A bounded wait, so that ``stop`` is seen within half a second.
+                    for note in pg.notifies(timeout=0.5):
+                        callback(note.payload)
+        except psycopg.Error as error:
+            if stop.is_set():
+                break
+            log.info("LISTEN connection lost (%s); reconnecting in %.1f s", type(error).__name__, backoff)
+            stop.wait(backoff)
+            backoff = min(backoff * 2, 5.0)
+        except Exception:  # a bug in the callback must not end the wake-ups silently
+            log.exception("the LISTEN thread failed; polling continues without it")
+            return

@@ -1,0 +1,130 @@
+"""SQLite: one writer at a time, so every write transaction is ``BEGIN IMMEDIATE``."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from typing import Any
+
+from sqlalchemy import ColumnElement, Insert, Select, String, Table, bindparam, event, func, insert, select
+from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.types import TypeDecorator
+
+from ..errors import ConfigurationError, DBExecutorError
+from .base import Driver
+
+__all__ = ["SQLiteDriver"]
+
+
+class _IdList(TypeDecorator[Any]):
+    """A list of ids bound as one JSON text (unpacked by ``json_each``)."""
+
+    impl = String
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> str:
+        return json.dumps([int(i) for i in value])
+
+    def process_literal_param(self, value: Any, dialect: Any) -> str:
+        return "'" + json.dumps([int(i) for i in value]) + "'"
+
+
+class SQLiteDriver(Driver):
+    """SQLite through the standard library's ``sqlite3``: WAL, a busy timeout, ``BEGIN IMMEDIATE`` for writes."""
+
+    label = "SQLite"
+    explain_prefix = "EXPLAIN QUERY PLAN "
+
+    def __init__(self, url: URL) -> None:
+        super().__init__(url)
+        db = url.database or ""
+        if url.host:
+            # "sqlite://jobs.db" parses as a host named jobs.db and no file at all.
+            path = url.host + (f"/{db}" if db else "")
+            raise ConfigurationError(
+                f"'sqlite://{path}' names no file (SQLite has no host); write 'sqlite:///{path}' "
+                "(three slashes for a relative path, four for an absolute one)"
+            )
+        if db in ("", ":memory:") or url.query.get("mode") == "memory" or db.startswith("file::memory:"):
+            raise ConfigurationError(
+                "an in-memory SQLite database cannot be shared with the child processes that run the jobs; "
+                "use a file, e.g. DBExecutor('sqlite:///jobs.db')"
+            )
+        if not db.startswith("file:"):
+            # Children may start in another working directory (a forkserver
+            # keeps the one it started in): pin the file now.
+            self.url = url.set(database=os.path.abspath(db))
+
+    def database_missing(self) -> bool:
+        db = self.url.database or ""
+        return not db.startswith("file:") and not os.path.exists(db)
+
+    def engine_options(self) -> dict[str, Any]:
+        # The driver's own busy handler waits for the write lock; 30 s covers
+        # any claim or finalize transaction by a wide margin.
+        return {"connect_args": {"timeout": 30.0, "check_same_thread": False}}
+
+    def setup_engine(self, engine: Engine) -> None:
+        @event.listens_for(engine, "connect")
+        def _connect(dbapi_conn: Any, _record: Any) -> None:
+            # Take transaction control away from the sqlite3 module so that
+            # the "begin" hook below decides how a transaction starts.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            # Switching a new file to WAL needs an exclusive lock, and SQLite may
+            # answer "locked" at once (no busy handler) while another process
+            # opens the same new file: try again for a while.
+            for attempt in range(200):
+                try:
+                    cur.execute("PRAGMA journal_mode=WAL")
+                    break
+                except sqlite3.OperationalError as error:
+                    if "locked" not in str(error) and "busy" not in str(error) or attempt == 199:
+                        raise
+                    time.sleep(0.05)
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _begin(conn: Connection) -> None:
+            # Reads that must not block writers ask for a deferred transaction;
+            # everything else takes the write lock up front, which is what
+            # makes read-then-update atomic without row locks.
+            if conn.get_execution_options().get("dbexecutor_read_only"):
+                conn.exec_driver_sql("BEGIN")
+            else:
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+
+    def connect_failure(self, error: DBAPIError) -> DBExecutorError:
+        message = str(error.orig).lower()
+        path = self.url.database
+        if "file is not a database" in message or "malformed" in message:
+            return ConfigurationError(f"{path} is not an SQLite database (or it is damaged); point the URL at another file")
+        if "unable to open" in message:
+            return ConfigurationError(f"cannot open or create the SQLite database {path} (does its directory exist, is it writable?)")
+        return super().connect_failure(error)
+
+    def is_transient(self, error: DBAPIError) -> bool:
+        message = str(error.orig).lower()
+        return super().is_transient(error) or "database is locked" in message or "database is busy" in message
+
+    def for_claim(self, stmt: Select[Any]) -> Select[Any]:
+        return stmt  # BEGIN IMMEDIATE already holds the only lock there is
+
+    def for_update(self, stmt: Select[Any]) -> Select[Any]:
+        return stmt
+
+    def insert_ignore(self, table: Table) -> Insert:
+        return insert(table).prefix_with("OR IGNORE")
+
+    def in_ids(self, column: Any, name: str) -> ColumnElement[bool]:
+        # One JSON text parameter, unpacked by json_each: the statement's text
+        # stays the same whatever the number of ids. An IN list is a new text
+        # for each length, and the sqlite3 module keeps up to 128 prepared
+        # statements per connection, each holding its list's parameters: the
+        # parent's memory grew by megabytes as batch sizes varied.
+        each = func.json_each(bindparam(name, type_=_IdList())).table_valued("value")
+        return column.in_(select(each.c.value))

@@ -1,0 +1,423 @@
+"""The store: every statement dbexecutor runs, behind one small front.
+
+::
+
+    Store (this module)          one method per operation; opens the transaction
+      ├─ database.Database       engine, transactions, retry on transient errors
+      ├─ context.Context         tables, driver, statements, signer, notifications
+      ├─ sql.Statements          the catalogue: every statement, by name
+      ├─ migrations              create tables, upgrade older versions
+      ├─ submit                  rows, edges, groups, lease on insert
+      ├─ claim (+ fairshare)     leasing runnable jobs, fair across groups
+      ├─ finish                  done / retried / failed, attempt rows
+      ├─ dag                     readiness, failure, cancellation, batches, revival
+      ├─ leases                  renew, release, reclaim
+      ├─ reads                   what executors read back
+      └─ admin                   what operators read and change
+
+Each state change is a conditional ``UPDATE``: writes on behalf of an attempt
+are fenced by ``(id, attempt)`` and an active state (``transitions``), so an
+attempt that lost its lease changes nothing when it reports late. Readiness,
+failure propagation and cancellation of dependents happen in the transaction
+that finishes the upstream job, so the claim only ever reads ``ready`` rows.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
+from typing import Any
+
+from sqlalchemy import Connection, inspect
+from sqlalchemy.engine import URL, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from .. import schema, serialization
+from ..dialects import Driver, resolve
+from ..records import (
+    Claimed,
+    Final,
+    Finished,
+    GroupInfo,
+    JobDetail,
+    JobSummary,
+    NewJob,
+    Report,
+    StatusReport,
+    Submitted,
+)
+from . import admin, claim, dag, finish, leases, migrations, reads, submit
+from .context import Context
+from .database import Database, masked_url
+from .migrations import SchemaReport
+from .sql import Statements
+
+__all__ = ["Store", "SchemaReport", "masked_url", "worker_name"]
+
+
+def worker_name(pid: int) -> str:
+    """``host:pid``, how attempts and leases name the process that holds them."""
+    return f"{socket.gethostname()}:{pid}"
+
+
+class Store:
+    """The database behind one executor, worker or command: engine, tables and every operation on them."""
+
+    #: ``configure_group(limit=KEEP)`` leaves the limit as it is.
+    KEEP: Any = admin.KEEP
+
+    def __init__(
+        self,
+        url: Any,
+        prefix: str = "",
+        *,
+        create: bool = True,
+        pool_size: int | None = None,
+        signer: serialization.Signer | None = None,
+    ) -> None:
+        self.driver: Driver = resolve(url)
+        self.prefix = schema.validate_prefix(prefix)
+        self.tables = schema.make_tables(prefix, partial_indexes=self.driver.supports_partial_indexes)
+        self._db = Database(self.driver, pool_size=pool_size)
+        self.ctx = Context(
+            tables=self.tables,
+            driver=self.driver,
+            sql=Statements(self.tables, self.driver),
+            signer=signer or serialization.UNSIGNED,
+            prefix=self.prefix,
+        )
+        #: What opening the tables did (None with ``create=False``).
+        self.schema_report: SchemaReport | None = self.ensure_schema() if create else None
+        # Once: every future carries it, and rendering the URL per submit shows up.
+        self._identity = (masked_url(self.url), self.prefix)
+
+    def __repr__(self) -> str:
+        return f"Store({masked_url(self.url)!r}, prefix={self.prefix!r})"
+
+    @property
+    def url(self) -> URL:
+        """The URL, pinned to dbexecutor's DBAPI driver."""
+        return self.driver.url
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine (a small pool)."""
+        return self._db.engine
+
+    @property
+    def signer(self) -> serialization.Signer:
+        """Signs the exceptions the store writes and checks the ones it reads."""
+        return self.ctx.signer
+
+    @property
+    def sender(self) -> str:
+        """Names this store's notifications, so a listener can skip its own."""
+        return self.ctx.sender
+
+    @property
+    def identity(self) -> tuple[str, str]:
+        """Which database and table prefix this is (futures from the same one can be dependencies)."""
+        return self._identity
+
+    def close(self) -> None:
+        """Close every pooled connection."""
+        self._db.close()
+
+    def retry_later(self, error: DBAPIError) -> bool:
+        """Whether ``error`` is the database's state (down, busy, restarting) rather than a refused row."""
+        return self._db.retry_later(error)
+
+    def _txn(self, work: Callable[[Connection], Any], *, read_only: bool = False, tries: int | None = None) -> Any:
+        if tries is None:
+            return self._db.txn(work, read_only=read_only)
+        return self._db.txn(work, read_only=read_only, tries=tries)
+
+    # -- schema ---------------------------------------------------------------------------------------
+
+    def ensure_schema(self) -> SchemaReport:
+        """Create the tables if missing, upgrade older versions, refuse newer ones (safe when processes race)."""
+        return self._txn(lambda conn: migrations.ensure_schema(self.ctx, conn))  # type: ignore[no-any-return]
+
+    def migrate(self) -> SchemaReport:
+        """:meth:`ensure_schema`, then the indexes a later release added to existing tables."""
+        report = self.ensure_schema()
+        report.created_indexes = self._txn(lambda conn: migrations.create_missing_indexes(self.ctx, conn))
+        return report
+
+    def schema_present(self) -> bool:
+        """Whether this prefix's tables exist (read-only commands refuse to run without them)."""
+        return bool(inspect(self.engine).has_table(self.tables.jobs.name))
+
+    def drop_schema(self) -> None:
+        """Drop this prefix's tables (tests and tooling)."""
+        self.tables.metadata.drop_all(self.engine, checkfirst=True)
+
+    # -- notifications --------------------------------------------------------------------------------
+
+    def listen(self, callback: Callable[[str | None], None], stop: threading.Event) -> threading.Thread | None:
+        """Call ``callback`` for each notification on this store's channel; None where the database has none."""
+        if not self.driver.supports_notify:
+            return None
+        return self.driver.listen(self.engine, self.ctx.channel, callback, stop)
+
+    # -- groups ---------------------------------------------------------------------------------------
+
+    def configure_group(self, name: str, *, weight: int | None = None, limit: Any = KEEP) -> GroupInfo:
+        """Create or change a group: its weight, and its limit (``None``: unlimited) unless left out."""
+        info: GroupInfo = self._txn(lambda conn: admin.configure_group(self.ctx, conn, name, weight, limit))
+        self.ctx.groups_seen[name] = info.weight
+        return info
+
+    def groups(self) -> list[GroupInfo]:
+        """Every group, by name."""
+        return self._txn(lambda conn: admin.groups(self.ctx, conn), read_only=True)  # type: ignore[no-any-return]
+
+    # -- submit ---------------------------------------------------------------------------------------
+
+    def insert_job(self, job: NewJob, now: float) -> Submitted:
+        """Insert one job and its edges; with a taken key, return the existing job instead.
+
+        A batch (``job.batch``) whose children have all finished is rolled up at once.
+        """
+        try:
+            out, groups = self._txn(lambda conn: submit.insert_job(self.ctx, conn, job, now))
+        except IntegrityError:
+            if job.key is None:
+                raise
+            # Another process inserted the same key between our lookup and insert.
+            found = self._txn(lambda conn: submit.by_key(self.ctx, conn, job.key), read_only=True)  # type: ignore[arg-type]
+            if found is None:
+                raise
+            return found  # type: ignore[no-any-return]
+        submit.groups_done(self.ctx, groups)
+        return out  # type: ignore[no-any-return]
+
+    def insert_jobs(self, jobs: Sequence[NewJob], now: float) -> list[Submitted]:
+        """Insert many rows without keys in one transaction; rows in input order."""
+        if not jobs:
+            return []
+
+        def work(conn: Connection) -> tuple[list[Submitted], dict[str, int | None]]:
+            groups = submit.ensure_groups(self.ctx, conn, jobs)
+            out = submit.insert_many(self.ctx, conn, jobs, now)
+            submit.notify_changes(self.ctx, conn, jobs, out, now)
+            return out, groups
+
+        out, groups = self._txn(work)
+        submit.groups_done(self.ctx, groups)
+        return out  # type: ignore[no-any-return]
+
+    # -- claim and the scheduler's tick ---------------------------------------------------------------
+
+    def runnable_groups(self, now: float) -> list[str]:
+        """Names of the groups with runnable work (a read that takes no write lock)."""
+        return self._txn(lambda conn: claim.runnable_groups(self.ctx, conn, now), read_only=True)  # type: ignore[no-any-return]
+
+    def claim(self, owner: str, limit: int, ttl: float, now: float, *, probe: bool = True) -> list[Claimed]:
+        """Lease up to ``limit`` ready jobs in one transaction: fair share over groups, then priority, then age.
+
+        With ``probe``, looks first, without a write lock, whether anything is
+        runnable: an idle poll is one indexed read, also on SQLite. Without it
+        (work is known to be there), one round trip less.
+        """
+        if limit <= 0:
+            return []
+        if probe and not self.runnable_groups(now):
+            self.ctx.backlog = False
+            return []
+        out: list[Claimed] = self._txn(lambda conn: claim.claim(self.ctx, conn, owner, limit, ttl, now))
+        self.ctx.backlog = len(out) >= limit
+        return out
+
+    def finish_and_claim(
+        self,
+        reports: Sequence[Report],
+        owner: str,
+        limit: int,
+        ttl: float,
+        now: float,
+        new: Sequence[NewJob] = (),
+    ) -> tuple[list[Submitted], Finished, list[Claimed]]:
+        """One scheduler tick in one commit: insert ``new`` jobs, record how attempts ended, then claim.
+
+        The new rows are inserted first, so the claim can lease them at once:
+        a job submitted to an idle executor starts after a single commit.
+        New jobs runnable at once, all of one group, written by a tick with
+        free slots and nothing to record (a submit, a ``map``), go in leased
+        when the claim could pick nothing else: one job by one ``INSERT``
+        that checks and leases; a burst after one cheap read (skipped while
+        the last claim left work behind, when it would only find that again).
+        """
+        direct = (
+            limit > 0
+            and bool(new)
+            and not reports
+            and len({job.group for job in new}) == 1
+            and all(job.leasable and (job.run_after is None or job.run_after <= now) for job in new)
+        )
+        ctx = self.ctx
+
+        def work(conn: Connection) -> tuple[list[Submitted], Finished, list[Claimed], dict[str, int | None]]:
+            inserted: list[Submitted] = []
+            groups: dict[str, int | None] = {}
+            if new:
+                groups = submit.ensure_groups(ctx, conn, new)
+                if direct and len(new) == 1:
+                    inserted = [submit.insert_leased(ctx, conn, new[0], owner, ttl, now)]
+                elif direct and not ctx.backlog and submit.nothing_runnable(ctx, conn, new[0].group, now):
+                    inserted = submit.insert_many(ctx, conn, new, now, lease=(owner, ttl, limit))
+                else:
+                    inserted = submit.insert_many(ctx, conn, new, now)
+            done = finish.finish(ctx, conn, reports, now) if reports else Finished()
+            # Rows that went in leased were the claim's only choice (nothing
+            # else was runnable): then there is nothing more to claim.
+            claimed = submit.leased_on_insert(new, inserted)
+            if limit > 0 and not claimed:
+                claimed = claim.claim(ctx, conn, owner, limit, ttl, now)
+            # New rows this transaction claimed itself are nobody else's news.
+            submit.notify_changes(ctx, conn, new, inserted, now, done, taken={c.job_id for c in claimed})
+            return inserted, done, claimed, groups
+
+        inserted, done, claimed, groups = self._txn(work)
+        submit.groups_done(ctx, groups)
+        # A hint only (other processes add work too): whether runnable rows
+        # are likely left, so that the next burst need not look.
+        ctx.backlog = limit > 0 and len(claimed) >= limit
+        return inserted, done, claimed
+
+    def explain_claim(self, limit: int = 4) -> dict[str, list[str]]:
+        """The database's plans for the claim's statements, one line per plan row (for tests and tuning).
+
+        ``groups``: which groups have runnable work; ``claim``: one group's best
+        rows; ``lease``: the UPDATE that leases them (explained, not run).
+        """
+        now = time.time()
+        sql = self.ctx.sql
+        params = {"p_group": schema.DEFAULT_GROUP, "p_now": now, "p_owner": "explain", "p_expires": now, "p_limit": limit}
+        lease, lease_params = (
+            (sql.lease_picked, params) if self.driver.update_returning else (sql.lease_ids, {**params, "p_ids": list(range(1, limit + 1))})
+        )
+
+        def work(conn: Connection) -> dict[str, list[str]]:
+            return {
+                "groups": self.driver.explain(conn, sql.runnable_groups, {"p_now": now}),
+                "claim": self.driver.explain(conn, sql.pick, params),
+                "lease": self.driver.explain(conn, lease, lease_params),
+            }
+
+        return self._txn(work)  # type: ignore[no-any-return]
+
+    # -- leases ---------------------------------------------------------------------------------------
+
+    def renew_leases(self, held: Sequence[tuple[int, int]], started: AbstractSet[int], ttl: float, now: float) -> set[int]:
+        """Extend the leases of ``held`` ``(job_id, attempt)`` pairs; mark the ``started`` ones running.
+
+        One statement per 500 jobs, whatever their state: an executor's writes
+        for its leases do not grow with its children. Guarded by the attempt
+        token and an active state. Returns the ids whose lease is gone
+        (reclaimed after it expired, or finished elsewhere).
+        """
+        if not held:
+            return set()
+        return self._txn(lambda conn: leases.renew(self.ctx, conn, held, started, ttl, now), tries=3)  # type: ignore[no-any-return]
+
+    def heartbeat(self, job_id: int, attempt: int, ttl: float, now: float) -> bool:
+        """Renew the lease of ``(job_id, attempt)`` and mark it running; False if the lease is gone."""
+        return not self.renew_leases([(job_id, attempt)], {job_id}, ttl, now)
+
+    def renew(self, held: Sequence[tuple[int, int]], ttl: float, now: float) -> None:
+        """Extend the leases of claimed jobs that no child has started yet."""
+        self.renew_leases(held, frozenset(), ttl, now)
+
+    def release(self, job_id: int, attempt: int) -> bool:
+        """Give back a claimed job that never started (its child could not start); False if not held."""
+        return self._txn(lambda conn: leases.release(self.ctx, conn, job_id, attempt))  # type: ignore[no-any-return]
+
+    def reclaim_expired(self, now: float) -> list[int]:
+        """Put jobs whose lease expired (their executor or child died) back to ``ready``."""
+        return self._txn(lambda conn: leases.reclaim_expired(self.ctx, conn, now))  # type: ignore[no-any-return]
+
+    def release_running(self, held: Sequence[tuple[int, int, float | None]], worker: str, now: float, why: str) -> list[int]:
+        """Put jobs a stopping worker still holds back to ``ready``; ids released (see :func:`leases.release_held`)."""
+        return self._txn(lambda conn: leases.release_held(self.ctx, conn, held, worker, now, why))  # type: ignore[no-any-return]
+
+    # -- cancel and retry -----------------------------------------------------------------------------
+
+    def cancel(self, job_ids: Sequence[int], now: float) -> list[Final]:
+        """Cancel the given jobs that have not started, and everything downstream of them."""
+
+        def work(conn: Connection) -> list[Final]:
+            finals = dag.cancel(self.ctx, conn, job_ids, now)
+            self.ctx.notify(conn, finished=[f.job_id for f in finals])
+            return finals
+
+        return self._txn(work)  # type: ignore[no-any-return]
+
+    def retry(self, job_ids: Sequence[int], retries: int, now: float) -> tuple[dict[int, str], dict[int, str]]:
+        """Put failed or cancelled jobs back to ``ready`` (or ``waiting``), with their dependents (see :func:`dag.revive`)."""
+        return self._txn(lambda conn: dag.revive(self.ctx, conn, job_ids, retries, now))  # type: ignore[no-any-return]
+
+    # -- reads ----------------------------------------------------------------------------------------
+
+    def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return self._txn(lambda conn: fn(self.ctx, conn, *args), read_only=True)
+
+    def finals(self, job_ids: Sequence[int]) -> list[Final]:
+        """The given jobs that are in a final state, with their result or exception."""
+        return self._read(reads.finals, job_ids)  # type: ignore[no-any-return]
+
+    def results(self, job_ids: Sequence[int]) -> dict[int, bytes]:
+        """Result pickles of done jobs (the inputs of a job whose payload refers to them)."""
+        return self._read(reads.results, job_ids)  # type: ignore[no-any-return]
+
+    def upstream_results(self, job_ids: Sequence[int]) -> dict[int, dict[int, bytes]]:
+        """For each of ``job_ids``, the results of its done upstream jobs (rows that did not record ``arg_refs``)."""
+        return self._read(reads.upstream_results, job_ids)  # type: ignore[no-any-return]
+
+    def job(self, job_id: int) -> Final | None:
+        """One job's state (with its result or exception if final), or None if there is no such job."""
+        return self._read(reads.job, job_id)  # type: ignore[no-any-return]
+
+    def job_id_for_key(self, key: str) -> int | None:
+        """The id of the job with ``key``, or None."""
+        return self._read(reads.job_id_for_key, key)  # type: ignore[no-any-return]
+
+    def count_states(self) -> dict[str, int]:
+        """Number of jobs per state."""
+        return self._read(reads.count_states)  # type: ignore[no-any-return]
+
+    def unfinished(self) -> list[int]:
+        """Ids of every job that is not in a final state, oldest first."""
+        return self._read(reads.unfinished)  # type: ignore[no-any-return]
+
+    def ids_in_state(self, state: str) -> list[int]:
+        """Ids of every job in ``state``, oldest first."""
+        return self._read(reads.ids_in_state, state)  # type: ignore[no-any-return]
+
+    # -- operators ------------------------------------------------------------------------------------
+
+    def status(self, now: float, running_limit: int = 50) -> StatusReport:
+        """Counts per state and per group, the running jobs, and the oldest ready job."""
+        return self._read(admin.status, now, running_limit)  # type: ignore[no-any-return]
+
+    def list_jobs(self, **filters: Any) -> list[JobSummary]:
+        """Jobs matching every given filter, newest first (see :func:`admin.list_jobs`)."""
+        return self._txn(lambda conn: admin.list_jobs(self.ctx, conn, **filters), read_only=True)  # type: ignore[no-any-return]
+
+    def job_detail(self, job_id: int) -> JobDetail | None:
+        """Everything about one job: its columns (blobs included), its edges both ways, and its attempts."""
+        return self._read(admin.job_detail, job_id)  # type: ignore[no-any-return]
+
+    def purge_batch(self, cutoff: float, limit: int = 500) -> int:
+        """Delete up to ``limit`` finished jobs that finished before ``cutoff`` (see :func:`admin.purge_batch`)."""
+        return self._txn(lambda conn: admin.purge_batch(self.ctx, conn, cutoff, limit))  # type: ignore[no-any-return]
+
+    def purge(self, cutoff: float, batch: int = 500) -> int:
+        """:meth:`purge_batch` until nothing more goes; one transaction per batch. Returns the total."""
+        total = 0
+        while n := self.purge_batch(cutoff, batch):
+            total += n
+        return total

@@ -1,0 +1,75 @@
+"""The claim: lease up to N runnable jobs in one transaction, fair across groups, within their limits.
+
+::
+
+    lock the rows of the groups with runnable work (name order)
+    count leased + running jobs of the limited ones
+    one group:  lease its best rows (priority, then age)
+    several:    hand the free slots out by stride scheduling (fairshare.Allocation),
+                lease each group's share, advance the virtual times
+
+The group rows are locked first, so claims that could touch the same groups
+take turns and the limits and virtual times they read stay true until they
+commit; the job rows themselves are locked with ``SKIP LOCKED`` (or, on
+SQLite, by ``BEGIN IMMEDIATE``), so claims on different groups never wait
+for each other.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import Connection
+
+from ..records import Claimed
+from .context import Context
+from .fairshare import Allocation, GroupState, capacity
+
+__all__ = ["claim", "runnable_groups"]
+
+
+def runnable_groups(ctx: Context, conn: Connection, now: float) -> list[str]:
+    """Names of the groups with runnable work (a read that takes no write lock)."""
+    return list(conn.execute(ctx.sql.runnable_groups, {"p_now": now}).scalars())
+
+
+def claim(ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, now: float) -> list[Claimed]:
+    """Lease up to ``limit`` runnable jobs to ``owner`` for ``ttl`` seconds, in the caller's transaction."""
+    rows = conn.execute(ctx.sql.runnable_groups_locked, {"p_now": now}).all()
+    if not rows:
+        return []
+    limited = [r.name for r in rows if r.max_running is not None]
+    running: dict[str, int] = {}
+    if limited:
+        running = {name: int(n) for name, n in conn.execute(ctx.sql.running_per_group, {"p_groups": limited}).all()}
+    # Taken after the locks and the counts: a job claimed here starts after
+    # every job whose end these counts saw (the rows prove limits).
+    now = max(now, time.time())
+    groups = [GroupState(r.name, r.weight, r.vtime, r.max_running, running.get(r.name, 0)) for r in rows]
+    if len(groups) == 1:
+        # One runnable group: priority, then age; no virtual time moves.
+        share = capacity(groups[0], limit)
+        return _lease(ctx, conn, groups[0].name, share, owner, ttl, now) if share > 0 else []
+    if not any(capacity(g, limit) > 0 for g in groups):
+        return []
+    global_vtime = float(conn.execute(ctx.sql.global_vtime_locked).scalar() or 0.0)
+    alloc = Allocation(groups, limit, global_vtime)
+    picked: dict[str, list[Claimed]] = {}
+    while wants := alloc.next_round():
+        for name, k in wants.items():
+            got = _lease(ctx, conn, name, k, owner, ttl, now)
+            picked.setdefault(name, []).extend(got)
+            alloc.record(name, k, len(got))
+    updates = alloc.vtime_updates()
+    if updates:
+        conn.execute(ctx.sql.set_group_vtime, [{"p_name": n, "p_vtime": v} for n, v in updates.items()])
+    new_global = alloc.global_vtime()
+    if new_global != global_vtime:
+        conn.execute(ctx.sql.set_global_vtime, {"p_value": repr(new_global)})
+    return alloc.interleave(picked)
+
+
+def _lease(ctx: Context, conn: Connection, group: str, limit: int, owner: str, ttl: float, now: float) -> list[Claimed]:
+    params: dict[str, Any] = {"p_group": group, "p_now": now, "p_owner": owner, "p_expires": now + ttl, "p_limit": limit}
+    return ctx.driver.lease_rows(conn, ctx.sql, params)

@@ -1,0 +1,61 @@
+"""What every operation of one store shares: tables, driver, statements, signer, and the notifications it sends."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from sqlalchemy import Connection
+
+from .. import schema, serialization
+from ..dialects import Driver
+from .sql import Statements
+
+__all__ = ["Context", "NOTIFY_IDS", "IN_CHUNK", "chunks"]
+
+T = TypeVar("T")
+
+IN_CHUNK = 500  # ids per statement: the lists stay small for every driver and every plan
+NOTIFY_IDS = 600  # finished ids listed in one notification (PostgreSQL caps a payload at 8000 bytes)
+
+
+def chunks(ids: Sequence[T], size: int = IN_CHUNK) -> list[Sequence[T]]:
+    """``ids`` in runs of at most ``size``."""
+    return [ids[i : i + size] for i in range(0, len(ids), size)]
+
+
+@dataclass
+class Context:
+    """The state an operation needs besides its connection."""
+
+    tables: schema.Tables
+    driver: Driver
+    sql: Statements
+    signer: serialization.Signer
+    prefix: str
+    #: Where this store's notifications go (PostgreSQL); one channel per table prefix.
+    channel: str = ""
+    #: Names this store's notifications, so a listener can skip its own.
+    sender: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    #: Groups this process has made sure exist, with the weight it last set (None: as configured).
+    groups_seen: dict[str, int | None] = field(default_factory=dict)
+    #: The last claim filled every slot it had: more work is probably runnable (a hint only).
+    backlog: bool = False
+
+    def __post_init__(self) -> None:
+        self.channel = self.channel or f"{self.prefix}dbexecutor"
+
+    def notify(self, conn: Connection, *, ready: bool = False, finished: Sequence[int] = ()) -> None:
+        """Tell other processes that work became ready or jobs finished (delivered at commit; PostgreSQL only).
+
+        Called at most once per transaction, at its end, so a burst of changes
+        costs one notification. Payload: ``sender  flags  ids`` (tab-separated);
+        ``*`` instead of ids when there are too many to list.
+        """
+        if not self.driver.supports_notify or not (ready or finished):
+            return
+        flags = ("r" if ready else "") + ("f" if finished else "")
+        ids = "*" if len(finished) > NOTIFY_IDS else ",".join(map(str, finished))
+        self.driver.notify(conn, self.channel, f"{self.sender}\t{flags}\t{ids}")

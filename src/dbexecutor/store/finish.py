@@ -1,0 +1,69 @@
+"""Recording how attempts ended: done with the result, retried after a backoff, or failed for good.
+
+Everything a batch of reports changes is written in the caller's transaction:
+the final states with their results (or exceptions), the attempt rows, and
+the DAG downstream of every job that finished. Each write is fenced by the
+attempt's token; a report from an attempt that lost its lease is recorded in
+the attempts table as ``lease lost (...)`` and changes no job.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+
+from sqlalchemy import Connection
+
+from .. import schema
+from ..records import Final, Finished, Report
+from . import dag
+from .context import Context
+from .transitions import AttemptRow, fenced, record_attempts
+
+__all__ = ["finish", "backoff"]
+
+
+def backoff(retry_delay: float, attempt: int) -> float:
+    """Seconds before attempt ``attempt + 1``: exponential in the attempt, with +/-25% jitter."""
+    return retry_delay * (2 ** max(attempt - 1, 0)) * (0.75 + random.random() / 2)
+
+
+def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float) -> Finished:
+    """Record how a batch of attempts ended (see the module docstring)."""
+    out = Finished()
+    reports = sorted(reports, key=lambda r: r.job_id)  # one lock order for every writer
+    ok = [r for r in reports if r.ok]
+    won = ctx.driver.finish_done(conn, ctx.sql, [(r.job_id, r.attempt, r.blob) for r in ok], now) if ok else set()
+    out.finals += [Final(r.job_id, schema.DONE, r.blob) for r in ok if r.job_id in won]
+    out.released, rolled = dag.release_dependents(ctx, conn, sorted(won), now)
+    out.finals += rolled
+    lost = {r.job_id for r in ok} - won
+    for rep in reports:
+        if rep.ok:
+            continue
+        run_after = now + backoff(rep.retry_delay, rep.attempt)
+        if fenced(conn, ctx.sql.retry_attempt, rep.job_id, rep.attempt, error=rep.error, run_after=run_after):
+            out.retried.append(rep.job_id)
+        elif fenced(conn, ctx.sql.fail_attempt, rep.job_id, rep.attempt, result=rep.blob, error=rep.error, now=now):
+            out.finals.append(Final(rep.job_id, schema.FAILED, rep.blob))
+            out.finals += dag.fail_dependents(ctx, conn, rep.job_id, rep.blob, now)
+        else:
+            lost.add(rep.job_id)
+    out.lost = sorted(lost)
+    record_attempts(
+        ctx,
+        conn,
+        [
+            AttemptRow(
+                rep.job_id,
+                rep.attempt,
+                rep.worker,
+                rep.started_at,
+                rep.ended_at or now,
+                f"lease lost ({rep.outcome})" if rep.job_id in lost else rep.outcome,
+                rep.error,
+            )
+            for rep in reports
+        ],
+    )
+    return out

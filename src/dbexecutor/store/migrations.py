@@ -1,0 +1,104 @@
+"""Creating the tables, and upgrading tables an earlier version wrote, one schema version at a time.
+
+Opening a store creates missing tables and upgrades older ones under a
+database-wide lock (an advisory lock, ``GET_LOCK`` or ``BEGIN IMMEDIATE``),
+so several processes starting at once do it once. A step only adds: columns
+that are NULL for the rows already there, and the code reads NULL as "not
+recorded" (see ``arg_refs``), so executors of the previous version that are
+still running keep working against upgraded tables.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from sqlalchemy import Connection, bindparam, inspect, insert, select, update
+
+from .. import schema
+from ..errors import SchemaVersionError
+from .context import Context
+
+__all__ = ["SchemaReport", "ensure_schema", "create_missing_indexes", "OLDEST_UPGRADABLE"]
+
+log = logging.getLogger("dbexecutor.store")
+
+#: Tables older than this came from a pre-release and cannot be upgraded in place.
+OLDEST_UPGRADABLE = 2
+
+
+@dataclass
+class SchemaReport:
+    """What opening the tables did: created them, upgraded them from ``upgraded_from``, or nothing."""
+
+    created: bool = False
+    upgraded_from: int | None = None
+    created_indexes: list[str] = field(default_factory=list)
+
+
+def _v3(ctx: Context, conn: Connection) -> None:
+    """Version 3: ``jobs.retry_delay``, ``jobs.arg_refs`` and ``jobs.failed_upstream``."""
+    j = ctx.tables.jobs
+    for name in ("retry_delay", "arg_refs", "failed_upstream"):
+        ctx.driver.add_column(conn, j, j.c[name])
+    # The failure cause used to live only in the error text; it is read from
+    # there once, here, and kept structured from now on.
+    cause = re.compile(r"^(?:DependencyFailed: upstream|batch child) job (\d+) failed")
+    rows = conn.execute(select(j.c.id, j.c.error).where(j.c.state == schema.FAILED, j.c.error.is_not(None)))
+    found = [{"p_id": int(r.id), "p_up": int(m.group(1))} for r in rows if (m := cause.match(r.error)) is not None]
+    if found:
+        conn.execute(update(j).where(j.c.id == bindparam("p_id")).values(failed_upstream=bindparam("p_up")), found)
+
+
+#: version -> the step that brings the tables of the version before it up to it.
+STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3}
+
+
+def ensure_schema(ctx: Context, conn: Connection) -> SchemaReport:
+    """Create the tables if missing, upgrade older ones, refuse newer ones (in the caller's transaction)."""
+    report = SchemaReport()
+    meta = ctx.tables.meta
+    with ctx.driver.schema_lock(conn, f"dbexecutor:{ctx.prefix}"):
+        report.created = not inspect(conn).has_table(ctx.tables.jobs.name)
+        ctx.tables.metadata.create_all(conn, checkfirst=True)
+        found = conn.execute(ctx.sql.schema_version).scalar()
+        if found is None:
+            conn.execute(insert(meta), [
+                {"name": "schema_version", "value": str(schema.SCHEMA_VERSION)},
+                {"name": "vtime", "value": "0"},
+            ])
+            conn.execute(insert(ctx.tables.groups).values(name=schema.DEFAULT_GROUP))
+            return report
+        version = int(found)
+        if version > schema.SCHEMA_VERSION:
+            raise SchemaVersionError(
+                f"the tables with prefix {ctx.prefix!r} have schema version {version}, but this "
+                f"dbexecutor knows only up to {schema.SCHEMA_VERSION}; upgrade dbexecutor"
+            )
+        if version < OLDEST_UPGRADABLE:
+            raise SchemaVersionError(
+                f"the tables with prefix {ctx.prefix!r} have schema version {version}, from a pre-release "
+                "dbexecutor that cannot be upgraded in place; finish or drop those jobs, or use another prefix"
+            )
+        if version < schema.SCHEMA_VERSION:
+            report.upgraded_from = version
+        for step in range(version + 1, schema.SCHEMA_VERSION + 1):
+            STEPS[step](ctx, conn)
+            conn.execute(ctx.sql.set_schema_version, {"p_value": str(step)})
+            log.warning("upgraded the tables with prefix %r to schema version %d", ctx.prefix, step)
+    return report
+
+
+def create_missing_indexes(ctx: Context, conn: Connection) -> list[str]:
+    """Create the indexes a later release added to existing tables; their names."""
+    created: list[str] = []
+    insp = inspect(conn)
+    for table in ctx.tables.metadata.sorted_tables:
+        have = {ix["name"] for ix in insp.get_indexes(table.name)}
+        for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
+            if index.name not in have:
+                index.create(conn)
+                created.append(str(index.name))
+    return created

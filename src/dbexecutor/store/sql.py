@@ -1,0 +1,701 @@
+"""The catalogue: every statement the store runs, by name, with a line that says what it does.
+
+Statements are built once per store (per table prefix and driver) and run
+with bound parameters, all named ``p_*``: building and hashing a statement
+costs more Python time than its round trip on a local server. Lists of ids
+are one parameter (the driver decides how: an array, a JSON text, an
+expanding ``IN``), so no statement's text depends on how many ids it gets.
+
+Where a database can do an operation in fewer statements, the driver has its
+own form next to these (``Driver.finish_done``, ``Driver.insert_rows``,
+``Driver.insert_job_rows``); ``python -m dbexecutor.store.sql`` prints the
+catalogue with each statement's SQL for one database.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from sqlalchemy import (
+    Integer,
+    Select,
+    Update,
+    and_,
+    bindparam,
+    case,
+    delete,
+    exists,
+    func,
+    insert,
+    literal_column,
+    or_,
+    select,
+    tuple_,
+    update,
+)
+
+from .. import schema
+from ..dialects import Driver
+
+__all__ = ["Statements", "BACK_TO_READY"]
+
+#: What every "back to ready" writes besides the state: the lease is gone.
+BACK_TO_READY: dict[str, Any] = {"state": schema.READY, "lease_owner": None, "lease_expires": None}
+
+
+def _states(column: Any, states: tuple[str, ...]) -> Any:
+    # Literal values, not parameters: a partial index (state = 'ready') is only
+    # usable when the planner sees the value, and a prepared statement's
+    # generic plan then knows which states it reads.
+    return column.in_([literal_column(f"'{s}'") for s in states])
+
+
+def _p(name: str, column: Any = None, **kw: Any) -> Any:
+    """The parameter ``p_<name>``, typed like ``column`` if one is given."""
+    if column is not None:
+        kw["type_"] = column.type
+    return bindparam(f"p_{name}", **kw)
+
+
+class Statements:
+    """Every statement of one store, built on first use and kept (``cached_property``)."""
+
+    def __init__(self, tables: schema.Tables, driver: Driver) -> None:
+        self.tables = tables
+        self.driver = driver
+        j = tables.jobs
+        self.ready = j.c.state == literal_column(f"'{schema.READY}'")
+        self.active = _states(j.c.state, schema.ACTIVE_STATES)
+        self.final = _states(j.c.state, schema.FINAL_STATES)
+        self.pending = _states(j.c.state, schema.PENDING_STATES)
+
+    def runnable(self, now: Any) -> Any:
+        """Ready, and not held back by ``run_after``."""
+        j = self.tables.jobs
+        return and_(self.ready, or_(j.c.run_after.is_(None), j.c.run_after <= now))
+
+    def _ids(self, column: Any, name: str = "ids") -> Any:
+        return self.driver.in_ids(column, f"p_{name}")
+
+    def fenced(self, to_state: str, *extra: Any, **values: Any) -> Update:
+        """The one form of a guarded state change: ``(p_id, p_attempt)`` must still hold an active lease.
+
+        Every write on behalf of an attempt (finish, fail, retry, release)
+        goes through this, so an attempt that lost its lease (reclaimed, timed
+        out, finished elsewhere) changes nothing.
+        """
+        j = self.tables.jobs
+        return (
+            update(j)
+            .where(j.c.id == _p("id"), j.c.attempt == _p("attempt"), self.active, *extra)
+            .values(state=to_state, **values)
+        )
+
+    # -- schema ---------------------------------------------------------------------------------------
+
+    @cached_property
+    def schema_version(self) -> Select[Any]:
+        """The recorded schema version (None on a database without one)."""
+        meta = self.tables.meta
+        return select(meta.c.value).where(meta.c.name == "schema_version")
+
+    @cached_property
+    def set_schema_version(self) -> Update:
+        """Record schema version ``p_value``."""
+        meta = self.tables.meta
+        return update(meta).where(meta.c.name == "schema_version").values(value=_p("value"))
+
+    # -- groups ---------------------------------------------------------------------------------------
+
+    @cached_property
+    def ensure_group(self) -> Any:
+        """Create group ``p_name`` with weight ``p_weight`` unless it exists."""
+        g = self.tables.groups
+        return self.driver.insert_ignore(g).values(name=_p("name", g.c.name), weight=_p("weight", g.c.weight))
+
+    @cached_property
+    def set_group_weight(self) -> Update:
+        """Give group ``p_name`` the weight ``p_weight`` (no write when it has it already)."""
+        g = self.tables.groups
+        return update(g).where(g.c.name == _p("name"), g.c.weight != _p("weight")).values(weight=_p("weight"))
+
+    @cached_property
+    def set_group_limit(self) -> Update:
+        """Set group ``p_name``'s concurrency limit to ``p_limit`` (NULL: none; 0 pauses it)."""
+        g = self.tables.groups
+        return update(g).where(g.c.name == _p("name")).values(max_running=_p("limit", g.c.max_running))
+
+    @cached_property
+    def group(self) -> Select[Any]:
+        """Group ``p_name``: weight, limit, virtual time."""
+        g = self.tables.groups
+        return select(g).where(g.c.name == _p("name"))
+
+    @cached_property
+    def groups(self) -> Select[Any]:
+        """Every group, by name."""
+        g = self.tables.groups
+        return select(g).order_by(g.c.name)
+
+    # -- submit ---------------------------------------------------------------------------------------
+
+    @cached_property
+    def job_by_key(self) -> Select[Any]:
+        """The job with key ``p_key``: id, state, result."""
+        j = self.tables.jobs
+        return select(j.c.id, j.c.state, j.c.result).where(j.c.job_key == _p("key"))
+
+    @cached_property
+    def lock_upstream(self) -> Select[Any]:
+        """Upstream rows ``p_ids``, locked in id order: state, finish time, and the result of failed ones.
+
+        A failed row's result is what its dependent inherits; a fan-in over
+        large results does not load the others.
+        """
+        j = self.tables.jobs
+        failed_result = case((j.c.state == schema.FAILED, j.c.result)).label("result")
+        stmt = select(j.c.id, j.c.state, failed_result, j.c.finished_at).where(self._ids(j.c.id)).order_by(j.c.id)
+        return self.driver.for_update(stmt)
+
+    @cached_property
+    def free_for(self) -> Select[Any]:
+        """One row ``free``: 1 if nothing is runnable and group ``p_group`` has no concurrency limit (at ``p_now``)."""
+        j = self.tables.jobs
+        return self._free_select(_p("group", j.c.group_key), _p("now", j.c.started_at))
+
+    def _free_select(self, group: Any, now: Any) -> Select[Any]:
+        g = self.tables.groups
+        other_work = exists().where(self.runnable(now))
+        limited = exists().where(g.c.name == group, g.c.max_running.is_not(None))
+        return select(case((and_(~other_work, ~limited), 1), else_=0).label("free"))
+
+    #: The columns of a job row that :attr:`insert_leased` takes as ``p_<name>``.
+    LEASED_INSERT_COLUMNS = (
+        "fn_name", "payload", "priority", "timeout", "retries", "retry_delay", "arg_refs", "run_after",
+        "submitted_by", "created_at",
+    )
+
+    @cached_property
+    def insert_leased(self) -> Any:
+        """INSERT one runnable job, leased to ``p_owner`` if the claim could pick nothing else, else ready.
+
+        That is: no other row is runnable (so the job is every group's best
+        pick and no other group is owed a turn), and its group has no
+        concurrency limit (a limit is counted under the group's row lock,
+        which the claim takes). Both are read in the insert's own statement.
+        """
+        j = self.tables.jobs
+        group = _p("group", j.c.group_key)
+        now = _p("now", j.c.started_at)
+        free = self._free_select(group, now).subquery("f")
+        mine = free.c.free == 1
+        columns: dict[str, Any] = {name: _p(name, j.c[name]) for name in self.LEASED_INSERT_COLUMNS}
+        columns["group_key"] = group
+        columns.update(
+            state=case((mine, literal_column(f"'{schema.LEASED}'")), else_=literal_column(f"'{schema.READY}'")),
+            attempt=free.c.free,
+            lease_owner=case((mine, _p("owner", j.c.lease_owner))),
+            lease_expires=case((mine, _p("expires", j.c.lease_expires))),
+            started_at=case((mine, now)),
+        )
+        return insert(j).from_select(list(columns), select(*columns.values()).select_from(free))
+
+    # -- claim ----------------------------------------------------------------------------------------
+
+    @cached_property
+    def runnable_groups(self) -> Select[Any]:
+        """The groups with runnable work at ``p_now``: one probe of the ready index per group, no locks."""
+        g, j = self.tables.groups, self.tables.jobs
+        has_work = exists().where(j.c.group_key == g.c.name, self.runnable(_p("now")))
+        return select(g.c.name, g.c.weight, g.c.max_running, g.c.vtime).where(has_work).order_by(g.c.name)
+
+    @cached_property
+    def runnable_groups_locked(self) -> Select[Any]:
+        """:attr:`runnable_groups` with the groups' rows locked in name order: claims that share groups take turns."""
+        return self.driver.for_update(self.runnable_groups)
+
+    @cached_property
+    def running_per_group(self) -> Select[Any]:
+        """Leased and running jobs of each group in ``p_groups`` (expanding list of names)."""
+        j = self.tables.jobs
+        return (
+            select(j.c.group_key, func.count())
+            .where(self.active, j.c.group_key.in_(_p("groups", expanding=True)))
+            .group_by(j.c.group_key)
+        )
+
+    @cached_property
+    def global_vtime_locked(self) -> Select[Any]:
+        """The scheduler's global virtual time (the lowest among busy groups), locked."""
+        meta = self.tables.meta
+        return self.driver.for_update(select(meta.c.value).where(meta.c.name == "vtime"))
+
+    @cached_property
+    def set_group_vtime(self) -> Update:
+        """Advance group ``p_name``'s virtual time to ``p_vtime`` (run as an executemany)."""
+        g = self.tables.groups
+        return update(g).where(g.c.name == _p("name")).values(vtime=_p("vtime"))
+
+    @cached_property
+    def set_global_vtime(self) -> Update:
+        """Set the global virtual time to ``p_value``."""
+        meta = self.tables.meta
+        return update(meta).where(meta.c.name == "vtime").values(value=_p("value"))
+
+    @cached_property
+    def pick(self) -> Select[Any]:
+        """Group ``p_group``'s ``p_limit`` best runnable rows at ``p_now`` (priority, then age), locked, skipping rows another claim holds."""
+        j = self.tables.jobs
+        return self.driver.for_claim(
+            select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.arg_refs, j.c.retry_delay, j.c.priority)
+            .where(j.c.group_key == _p("group"), self.runnable(_p("now")))
+            .order_by(j.c.priority.desc(), j.c.id)
+            # A parameter, not a constant: the number of free slots changes
+            # from tick to tick, and a statement per number would be built anew.
+            .limit(_p("limit", type_=Integer))
+        )
+
+    def _lease(self) -> Update:
+        j = self.tables.jobs
+        return update(j).values(
+            state=schema.LEASED,
+            attempt=j.c.attempt + 1,
+            lease_owner=_p("owner"),
+            lease_expires=_p("expires"),
+            started_at=_p("now"),
+        )
+
+    @cached_property
+    def lease_picked(self) -> Update:
+        """Lease to ``p_owner`` the rows :attr:`pick` selects and return them (databases with UPDATE ... RETURNING)."""
+        j = self.tables.jobs
+        picked = self.pick.with_only_columns(j.c.id)
+        return (
+            self._lease()
+            .where(self.driver.id_in(j.c.id, picked))
+            .returning(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.arg_refs, j.c.retry_delay, j.c.priority)
+        )
+
+    @cached_property
+    def lease_ids(self) -> Update:
+        """Lease rows ``p_ids`` (just locked by :attr:`pick`) to ``p_owner``."""
+        return self._lease().where(self._ids(self.tables.jobs.c.id))
+
+    # -- finish ---------------------------------------------------------------------------------------
+
+    @cached_property
+    def mark_done(self) -> Update:
+        """Attempt ``p_attempt`` of job ``p_id`` succeeded: done, with result ``p_result`` (fenced)."""
+        return self.fenced(
+            schema.DONE, result=_p("result"), error=None, finished_at=_p("now"), lease_owner=None, lease_expires=None
+        )
+
+    @cached_property
+    def done_tokens(self) -> Select[Any]:
+        """Id and token of the done rows among ``p_ids`` (which rows a short-counted finish did finish)."""
+        j = self.tables.jobs
+        return select(j.c.id, j.c.attempt).where(self._ids(j.c.id), j.c.state == schema.DONE)
+
+    @cached_property
+    def retry_attempt(self) -> Update:
+        """Attempt ``p_attempt`` failed and retries are left: back to ready after ``p_run_after`` (fenced)."""
+        j = self.tables.jobs
+        values = {k: v for k, v in BACK_TO_READY.items() if k != "state"}
+        return self.fenced(schema.READY, j.c.retries >= _p("attempt"), error=_p("error"), run_after=_p("run_after"), **values)
+
+    @cached_property
+    def fail_attempt(self) -> Update:
+        """Attempt ``p_attempt`` failed for good: failed, with exception ``p_result`` (fenced)."""
+        return self.fenced(
+            schema.FAILED, result=_p("result"), error=_p("error"), finished_at=_p("now"), lease_owner=None, lease_expires=None
+        )
+
+    # -- the DAG --------------------------------------------------------------------------------------
+
+    @cached_property
+    def edges_out(self) -> Select[Any]:
+        """``(job_id, depends_on_id, batch)`` of every edge out of the jobs ``p_ids`` (``batch``: the dependent's flag)."""
+        return self.driver.edges_out(self.tables.deps, self.tables.jobs, "p_ids")
+
+    @cached_property
+    def count_down(self) -> Update:
+        """Jobs ``p_ids`` (waiting) each had ``p_k`` upstream jobs finish: count down; at zero they are ready."""
+        j = self.tables.jobs
+        # state is assigned before open_deps: MySQL evaluates SET items left
+        # to right with the new values, PostgreSQL and SQLite with the old.
+        k = _p("k", type_=Integer)
+        return (
+            update(j)
+            .where(self._ids(j.c.id), j.c.state == schema.WAITING)
+            .values(state=case((j.c.open_deps <= k, schema.READY), else_=j.c.state), open_deps=j.c.open_deps - k)
+        )
+
+    @cached_property
+    def count_down_batches(self) -> Update:
+        """Batches ``p_ids`` each had ``p_k`` children finish: count down (a batch stays waiting; it is rolled up)."""
+        j = self.tables.jobs
+        k = _p("k", type_=Integer)
+        return update(j).where(self._ids(j.c.id), j.c.state == schema.WAITING).values(open_deps=j.c.open_deps - k)
+
+    @cached_property
+    def full_batches(self) -> Select[Any]:
+        """The batches among ``p_ids`` still waiting with every child done (to roll up)."""
+        j = self.tables.jobs
+        return select(j.c.id).where(self._ids(j.c.id), j.c.batch == 1, j.c.state == schema.WAITING, j.c.open_deps <= 0)
+
+    @cached_property
+    def batch_children(self) -> Select[Any]:
+        """Batch ``p_id``'s children: id and result, in submission order."""
+        j, d = self.tables.jobs, self.tables.deps
+        return (
+            select(j.c.id, j.c.result)
+            .select_from(d.join(j, j.c.id == d.c.depends_on_id))
+            .where(d.c.job_id == _p("id"))
+            .order_by(d.c.position)
+        )
+
+    @cached_property
+    def roll_up(self) -> Update:
+        """Batch ``p_id`` (waiting) ends as ``p_state`` with ``p_result`` (its children's results, or the error)."""
+        j = self.tables.jobs
+        return (
+            update(j)
+            .where(j.c.id == _p("id"), j.c.state == schema.WAITING)
+            .values(state=_p("state"), result=_p("result"), error=_p("error"), finished_at=_p("now"), open_deps=0)
+        )
+
+    @cached_property
+    def pending_locked(self) -> Select[Any]:
+        """The waiting or ready jobs among ``p_ids``, locked (the ones a cascade may still change)."""
+        j = self.tables.jobs
+        return self.driver.for_update(select(j.c.id).where(self._ids(j.c.id), self.pending))
+
+    @cached_property
+    def fail_pending(self) -> Update:
+        """Jobs ``p_ids`` (waiting or ready) fail because job ``p_upstream`` failed: ``p_result`` is their exception."""
+        j = self.tables.jobs
+        return (
+            update(j)
+            .where(self._ids(j.c.id), self.pending)
+            .values(
+                state=schema.FAILED, result=_p("result"), error=_p("error"), finished_at=_p("now"),
+                failed_upstream=_p("upstream", j.c.failed_upstream),
+            )
+        )
+
+    @cached_property
+    def cancel_pending(self) -> Update:
+        """Jobs ``p_ids`` that have not started are cancelled."""
+        j = self.tables.jobs
+        return update(j).where(self._ids(j.c.id), self.pending).values(state=schema.CANCELLED, finished_at=_p("now"))
+
+    @cached_property
+    def pending_batch_children(self) -> Select[Any]:
+        """The children of the batches among ``p_ids`` that have not finished (cancelling a batch cancels them)."""
+        j, d = self.tables.jobs, self.tables.deps
+        return (
+            select(d.c.depends_on_id)
+            .join(j, j.c.id == d.c.job_id)
+            .where(self._ids(d.c.job_id), j.c.batch == 1, self.pending)
+        )
+
+    # -- retry (revive) -------------------------------------------------------------------------------
+
+    @cached_property
+    def job_for_retry(self) -> Select[Any]:
+        """Job ``p_id``'s state, token, inherited failure and batch flag, locked."""
+        j = self.tables.jobs
+        return self.driver.for_update(
+            select(j.c.id, j.c.state, j.c.attempt, j.c.failed_upstream, j.c.batch).where(j.c.id == _p("id"))
+        )
+
+    @cached_property
+    def upstream_ids(self) -> Select[Any]:
+        """The jobs job ``p_id`` depends on."""
+        d = self.tables.deps
+        return select(d.c.depends_on_id).where(d.c.job_id == _p("id"))
+
+    @cached_property
+    def states_locked(self) -> Select[Any]:
+        """Id and state of jobs ``p_ids``, locked in id order."""
+        j = self.tables.jobs
+        return self.driver.for_update(select(j.c.id, j.c.state).where(self._ids(j.c.id)).order_by(j.c.id))
+
+    @cached_property
+    def revive(self) -> Update:
+        """Job ``p_id``, still ``p_old_state`` with token ``p_attempt``, back to ``p_state`` with ``p_retries`` allowed; its outcome cleared."""
+        j = self.tables.jobs
+        return (
+            update(j)
+            .where(j.c.id == _p("id"), j.c.state == _p("old_state"), j.c.attempt == _p("attempt"))
+            .values(
+                state=_p("state"), open_deps=_p("open_deps", type_=Integer), retries=_p("retries", type_=Integer),
+                result=None, error=None, failed_upstream=None, finished_at=None, run_after=None,
+                lease_owner=None, lease_expires=None,
+            )
+        )
+
+    # -- leases ---------------------------------------------------------------------------------------
+
+    @cached_property
+    def renew_leases(self) -> Update:
+        """Extend to ``p_expires`` the leases of ``p_held`` (id, attempt) pairs; the ids in ``p_started`` become running."""
+        j = self.tables.jobs
+        running = case((j.c.id.in_(_p("started", expanding=True)), schema.RUNNING), else_=j.c.state)
+        return (
+            update(j)
+            .where(tuple_(j.c.id, j.c.attempt).in_(_p("held", expanding=True)), self.active)
+            .values(lease_expires=_p("expires"), state=running)
+        )
+
+    @cached_property
+    def active_tokens(self) -> Select[Any]:
+        """Id and token of the leased or running rows among ``p_ids``."""
+        j = self.tables.jobs
+        return select(j.c.id, j.c.attempt).where(self._ids(j.c.id), self.active)
+
+    @cached_property
+    def release(self) -> Update:
+        """Attempt ``p_attempt`` of job ``p_id`` gives its lease back: the job is ready for anyone (fenced)."""
+        values = {k: v for k, v in BACK_TO_READY.items() if k != "state"}
+        return self.fenced(schema.READY, **values)
+
+    @cached_property
+    def expired_locked(self) -> Select[Any]:
+        """Leased or running rows whose lease expired before ``p_now``, locked (skipping rows others hold)."""
+        j = self.tables.jobs
+        return self.driver.for_claim(
+            select(j.c.id, j.c.attempt, j.c.lease_owner, j.c.started_at).where(self.active, j.c.lease_expires < _p("now"))
+        )
+
+    @cached_property
+    def reclaim(self) -> Update:
+        """Rows ``p_ids`` whose lease (still) expired before ``p_now``: back to ready."""
+        j = self.tables.jobs
+        return update(j).where(self._ids(j.c.id), self.active, j.c.lease_expires < _p("now")).values(**BACK_TO_READY)
+
+    # -- reads ----------------------------------------------------------------------------------------
+
+    @cached_property
+    def finals(self) -> Select[Any]:
+        """State and result of the finished jobs among ``p_ids``."""
+        j = self.tables.jobs
+        return select(j.c.id, j.c.state, j.c.result).where(self._ids(j.c.id), self.final)
+
+    @cached_property
+    def results(self) -> Select[Any]:
+        """Result pickles of the done jobs among ``p_ids``."""
+        j = self.tables.jobs
+        return select(j.c.id, j.c.result).where(self._ids(j.c.id), j.c.state == schema.DONE)
+
+    @cached_property
+    def upstream_results(self) -> Select[Any]:
+        """``(job_id, upstream id, result)`` for every done upstream job of the jobs ``p_ids``."""
+        j, d = self.tables.jobs, self.tables.deps
+        return (
+            select(d.c.job_id, j.c.id, j.c.result)
+            .join(j, j.c.id == d.c.depends_on_id)
+            .where(self._ids(d.c.job_id), j.c.state == schema.DONE)
+        )
+
+    @cached_property
+    def job_state(self) -> Select[Any]:
+        """Job ``p_id``'s state and result."""
+        j = self.tables.jobs
+        return select(j.c.state, j.c.result).where(j.c.id == _p("id"))
+
+    @cached_property
+    def id_for_key(self) -> Select[Any]:
+        """The id of the job with key ``p_key``."""
+        j = self.tables.jobs
+        return select(j.c.id).where(j.c.job_key == _p("key"))
+
+    @cached_property
+    def count_states(self) -> Select[Any]:
+        """Number of jobs per state."""
+        j = self.tables.jobs
+        return select(j.c.state, func.count()).group_by(j.c.state)
+
+    @cached_property
+    def count_group_states(self) -> Select[Any]:
+        """Number of jobs per group and state."""
+        j = self.tables.jobs
+        return select(j.c.group_key, j.c.state, func.count()).group_by(j.c.group_key, j.c.state)
+
+    @cached_property
+    def unfinished_ids(self) -> Select[Any]:
+        """Ids of every job not in a final state, oldest first."""
+        j = self.tables.jobs
+        return select(j.c.id).where(j.c.state.not_in(schema.FINAL_STATES)).order_by(j.c.id)
+
+    @cached_property
+    def ids_in_state(self) -> Select[Any]:
+        """Ids of every job in state ``p_state``, oldest first."""
+        j = self.tables.jobs
+        return select(j.c.id).where(j.c.state == _p("state")).order_by(j.c.id)
+
+    # -- operators' reads -----------------------------------------------------------------------------
+
+    @cached_property
+    def running_jobs(self) -> Select[Any]:
+        """Up to ``p_limit`` leased or running jobs, longest running first."""
+        j = self.tables.jobs
+        return (
+            select(j.c.id, j.c.fn_name, j.c.state, j.c.group_key, j.c.lease_owner, j.c.attempt, j.c.started_at)
+            .where(self.active)
+            .order_by(j.c.started_at, j.c.id)
+            .limit(_p("limit", type_=Integer))
+        )
+
+    @cached_property
+    def oldest_ready(self) -> Select[Any]:
+        """The job that has been ready longest."""
+        j = self.tables.jobs
+        return (
+            select(j.c.id, j.c.fn_name, j.c.group_key, j.c.created_at, j.c.run_after)
+            .where(self.ready)
+            .order_by(j.c.created_at, j.c.id)
+            .limit(1)
+        )
+
+    def list_jobs(
+        self,
+        *,
+        states: bool = False,
+        group: bool = False,
+        function: bool = False,
+        key: bool = False,
+        created_before: bool = False,
+        created_after: bool = False,
+    ) -> Select[Any]:
+        """Jobs matching the filters named True (``p_states``, ``p_group``, ``p_function`` a LIKE pattern escaped with ``/``, ``p_key``, ``p_created_before``/``_after``), newest first, ``p_limit`` of them."""
+        j = self.tables.jobs
+        stmt = select(
+            j.c.id, j.c.state, j.c.group_key, j.c.fn_name, j.c.job_key, j.c.attempt, j.c.retries,
+            j.c.created_at, j.c.finished_at, j.c.lease_owner, j.c.error,
+        )
+        if states:
+            stmt = stmt.where(j.c.state.in_(_p("states", expanding=True)))
+        if group:
+            stmt = stmt.where(j.c.group_key == _p("group"))
+        if function:
+            stmt = stmt.where(j.c.fn_name.like(_p("function"), escape="/"))
+        if key:
+            stmt = stmt.where(j.c.job_key == _p("key"))
+        if created_before:
+            stmt = stmt.where(j.c.created_at < _p("created_before"))
+        if created_after:
+            stmt = stmt.where(j.c.created_at >= _p("created_after"))
+        return stmt.order_by(j.c.id.desc()).limit(_p("limit", type_=Integer))
+
+    @cached_property
+    def job_row(self) -> Select[Any]:
+        """Every column of job ``p_id``."""
+        j = self.tables.jobs
+        return select(j).where(j.c.id == _p("id"))
+
+    @cached_property
+    def job_upstream(self) -> Select[Any]:
+        """The jobs job ``p_id`` depends on, with their states."""
+        j, d = self.tables.jobs, self.tables.deps
+        return select(j.c.id, j.c.state).join(d, d.c.depends_on_id == j.c.id).where(d.c.job_id == _p("id")).order_by(j.c.id)
+
+    @cached_property
+    def job_downstream(self) -> Select[Any]:
+        """The jobs that depend on job ``p_id``, with their states."""
+        j, d = self.tables.jobs, self.tables.deps
+        return select(j.c.id, j.c.state).join(d, d.c.job_id == j.c.id).where(d.c.depends_on_id == _p("id")).order_by(j.c.id)
+
+    @cached_property
+    def job_attempts(self) -> Select[Any]:
+        """Job ``p_id``'s attempts, in the order they were written."""
+        a = self.tables.attempts
+        return select(a).where(a.c.job_id == _p("id")).order_by(a.c.id)
+
+    # -- retention ------------------------------------------------------------------------------------
+
+    def _keeps(self, downstream: Any) -> Any:
+        """A dependent that still needs its upstream: unfinished, or finished at or after ``p_cutoff``."""
+        return or_(
+            downstream.c.state.not_in(schema.FINAL_STATES),
+            downstream.c.finished_at.is_(None),
+            downstream.c.finished_at >= _p("cutoff"),
+        )
+
+    @cached_property
+    def purge_candidates(self) -> Select[Any]:
+        """Up to ``p_limit`` jobs finished before ``p_cutoff`` that no job still needs, oldest first."""
+        j, d = self.tables.jobs, self.tables.deps
+        dj = j.alias("downstream")
+        needed = select(d.c.job_id).join(dj, dj.c.id == d.c.job_id).where(d.c.depends_on_id == j.c.id, self._keeps(dj))
+        return (
+            select(j.c.id)
+            .where(self.final, j.c.finished_at < _p("cutoff"), ~needed.exists())
+            .order_by(j.c.id)
+            .limit(_p("limit", type_=Integer))
+        )
+
+    @cached_property
+    def purge_lock(self) -> Select[Any]:
+        """The candidates ``p_ids`` still finished before ``p_cutoff``, locked (skipping rows others hold)."""
+        j = self.tables.jobs
+        return self.driver.for_claim(select(j.c.id).where(self._ids(j.c.id), self.final, j.c.finished_at < _p("cutoff")))
+
+    @cached_property
+    def purge_blocked(self) -> Select[Any]:
+        """The locked candidates ``p_ids`` that a dependent still needs (re-read after the lock)."""
+        j, d = self.tables.jobs, self.tables.deps
+        dj = j.alias("downstream")
+        return select(d.c.depends_on_id).join(dj, dj.c.id == d.c.job_id).where(self._ids(d.c.depends_on_id), self._keeps(dj))
+
+    @cached_property
+    def delete_attempts(self) -> Any:
+        """Delete the attempts of jobs ``p_ids``."""
+        a = self.tables.attempts
+        return delete(a).where(self._ids(a.c.job_id))
+
+    @cached_property
+    def delete_edges(self) -> Any:
+        """Delete every edge into or out of jobs ``p_ids``."""
+        d = self.tables.deps
+        return delete(d).where(or_(self._ids(d.c.job_id), self._ids(d.c.depends_on_id)))
+
+    @cached_property
+    def delete_jobs(self) -> Any:
+        """Delete the finished jobs among ``p_ids``."""
+        j = self.tables.jobs
+        return delete(j).where(self._ids(j.c.id), self.final)
+
+
+def catalogue(stmts: Statements) -> list[tuple[str, str]]:
+    """``(name, first docstring line)`` of every named statement, in source order."""
+    out: list[tuple[str, str]] = []
+    for name, member in vars(Statements).items():
+        target = member.func if isinstance(member, cached_property) else member
+        if name.startswith("_") or not callable(target) or name in ("runnable", "fenced"):
+            continue
+        doc = (target.__doc__ or "").strip().splitlines()
+        out.append((name, doc[0] if doc else ""))
+    return out
+
+
+def _main() -> None:  # pragma: no cover - a reading aid
+    import sys
+
+    from ..dialects import resolve
+
+    url = sys.argv[1] if len(sys.argv) > 1 else "sqlite:///catalogue.db"
+    driver = resolve(url)
+    stmts = Statements(schema.make_tables("", partial_indexes=driver.supports_partial_indexes), driver)
+    from sqlalchemy import create_engine
+
+    dialect = create_engine(driver.url).dialect
+    for name, line in catalogue(stmts):
+        member = getattr(stmts, name)
+        stmt = member() if callable(member) and not hasattr(member, "compile") else member
+        print(f"-- {name}: {line}\n{stmt.compile(dialect=dialect)};\n")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    _main()

@@ -1,0 +1,285 @@
+"""Writing submitted jobs: rows, dependency edges, groups, and leasing on insert.
+
+A job's state on arrival is decided by its upstream rows, read under a lock
+in the same transaction (so an upstream cannot finish between "count open
+dependencies" and "insert the edges" and leave the job waiting forever):
+``ready``, ``waiting``, or at once ``failed``/``cancelled`` below a failed or
+cancelled upstream. A batch is never ready: with every child already done it
+is rolled up on insert.
+
+When a tick writes runnable jobs of one group to an executor with free slots
+and nothing else could be claimed first, the rows go in already ``leased``
+(:func:`insert_leased` for one job, ``insert_many(lease=...)`` for a burst):
+the claim could only have picked them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from sqlalchemy import Connection
+from sqlalchemy.engine import Row
+
+from .. import schema
+from ..records import Claimed, Finished, NewJob, Submitted, format_refs
+from . import dag
+from .context import Context, chunks
+
+__all__ = [
+    "by_key",
+    "ensure_groups",
+    "groups_done",
+    "insert_job",
+    "insert_many",
+    "insert_leased",
+    "nothing_runnable",
+    "leased_on_insert",
+    "runnable_on_arrival",
+    "notify_changes",
+]
+
+
+def runnable_on_arrival(job: NewJob, state: str, now: float) -> bool:
+    """Whether a new row is runnable right away (ready, and not delayed)."""
+    return state == schema.READY and (job.run_after is None or job.run_after <= now)
+
+
+def by_key(ctx: Context, conn: Connection, key: str) -> Submitted | None:
+    """The job with ``key`` (its result if it is finished), or None."""
+    row = conn.execute(ctx.sql.job_by_key, {"p_key": key}).first()
+    if row is None:
+        return None
+    return Submitted(int(row.id), row.state, row.result if row.state in schema.FINAL_STATES else None, True)
+
+
+# -- groups -----------------------------------------------------------------------------------------
+
+
+def ensure_groups(ctx: Context, conn: Connection, jobs: Sequence[NewJob]) -> dict[str, int | None]:
+    """Create the groups of ``jobs`` this process has not seen, and set weights given with them.
+
+    Returns what was done, for :func:`groups_done` once the transaction commits.
+    """
+    todo: dict[str, int | None] = {}
+    for job in jobs:
+        seen = ctx.groups_seen.get(job.group, -1)
+        if seen == -1 or (job.weight is not None and job.weight != seen):
+            todo[job.group] = job.weight if job.weight is not None else todo.get(job.group)
+    for name, weight in todo.items():
+        conn.execute(ctx.sql.ensure_group, {"p_name": name, "p_weight": weight or 1})
+        if weight is not None:
+            conn.execute(ctx.sql.set_group_weight, {"p_name": name, "p_weight": weight})
+    return todo
+
+
+def groups_done(ctx: Context, todo: dict[str, int | None]) -> None:
+    """Remember groups written by a committed transaction (a rolled-back insert must try again)."""
+    for name, weight in todo.items():
+        ctx.groups_seen[name] = weight if weight is not None else ctx.groups_seen.get(name)
+
+
+# -- rows -------------------------------------------------------------------------------------------
+
+
+def _row(job: NewJob, state: str, now: float, open_deps: int = 0) -> dict[str, Any]:
+    """The columns of ``job``'s new row (every row of a multi-row insert has the same keys)."""
+    return {
+        "state": state,
+        "fn_name": job.fn_name,
+        "payload": job.payload,
+        "job_key": job.key,
+        "group_key": job.group,
+        "batch": int(job.batch),
+        "priority": job.priority,
+        "timeout": job.timeout,
+        "retries": job.retries,
+        "retry_delay": job.retry_delay,
+        "arg_refs": format_refs(job.refs),
+        "failed_upstream": None,
+        "open_deps": open_deps,
+        "run_after": job.run_after,
+        "submitted_by": job.submitted_by,
+        "created_at": now,
+        "result": None,
+        "error": None,
+        "finished_at": None,
+    }
+
+
+def lock_upstream(ctx: Context, conn: Connection, ids: Iterable[int]) -> dict[int, Row[Any]]:
+    """The rows of the jobs ``ids`` depend on, locked until the transaction ends.
+
+    Locked in id order, 500 ids per statement: however many jobs a
+    transaction inserts, their upstream rows cost a round trip or a few.
+    """
+    found: dict[int, Row[Any]] = {}
+    for part in chunks(sorted(set(ids))):
+        found.update((r.id, r) for r in conn.execute(ctx.sql.lock_upstream, {"p_ids": list(part)}))
+    return found
+
+
+def _row_after(ctx: Context, job: NewJob, upstream: dict[int, Row[Any]], now: float) -> dict[str, Any]:
+    """``job``'s new row, its state decided by its (locked) upstream rows."""
+    state, result, error, finished, cause = schema.READY, None, None, None, None
+    open_deps = 0
+    if job.deps:
+        rows = [upstream[d] for d in job.deps if d in upstream]
+        if len(rows) < len(job.deps):
+            missing = sorted(set(job.deps) - upstream.keys())
+            raise ValueError(f"dependency job(s) {missing} do not exist in this database")
+        # The first failure (in time) decides, as when it happens later.
+        for r in sorted(rows, key=lambda r: (r.state != schema.FAILED, r.finished_at or 0.0, r.id)):
+            if r.state == schema.FAILED:
+                state, finished, cause = schema.FAILED, now, int(r.id)
+                result, error = dag.inherited_failure(ctx, int(r.id), r.result, batch=job.batch)
+                break
+        if state == schema.READY and any(r.state == schema.CANCELLED for r in rows):
+            state, finished = schema.CANCELLED, now
+        open_deps = sum(r.state != schema.DONE for r in rows)
+        if state == schema.READY and open_deps:
+            state = schema.WAITING
+    row = _row(job, state, now, open_deps)
+    row.update(result=result, error=error, finished_at=finished, failed_upstream=cause)
+    return row
+
+
+def _insert_edges(ctx: Context, conn: Connection, jobs: Sequence[NewJob], ids: Sequence[int]) -> None:
+    """The dependency edges of ``jobs``, just inserted as ``ids`` (a batch's keep their positions)."""
+    edges = [
+        {"job_id": job_id, "depends_on_id": d, "position": i if job.batch else None}
+        for job, job_id in zip(jobs, ids)
+        for i, d in enumerate(job.deps)
+    ]
+    ctx.driver.insert_rows(conn, ctx.tables.deps, edges)
+
+
+def _insert_with_deps(ctx: Context, conn: Connection, job: NewJob, now: float, upstream: dict[int, Row[Any]]) -> Submitted:
+    """Insert one job (no key lookup) with its edges; ``upstream``: its upstream rows, already locked."""
+    row = _row_after(ctx, job, upstream, now)
+    # A batch is never ready: with every child already done it is rolled up below.
+    roll_up_now = job.batch and row["state"] == schema.READY
+    if roll_up_now:
+        row["state"] = schema.WAITING
+    (job_id,) = ctx.driver.insert_job_rows(conn, ctx.tables.jobs, [row])
+    _insert_edges(ctx, conn, [job], [job_id])
+    if roll_up_now:
+        final = dag.roll_up(ctx, conn, [job_id], now)[0]
+        return Submitted(job_id, final.state, final.result)
+    return Submitted(job_id, row["state"], row["result"])
+
+
+def insert_job(ctx: Context, conn: Connection, job: NewJob, now: float) -> tuple[Submitted, dict[str, int | None]]:
+    """Insert one job and its edges; with a taken key, the existing job instead. Also the groups written."""
+    if job.key is not None:
+        found = by_key(ctx, conn, job.key)
+        if found is not None:
+            return found, {}
+    groups = ensure_groups(ctx, conn, [job])
+    out = _insert_with_deps(ctx, conn, job, now, lock_upstream(ctx, conn, job.deps))
+    ctx.notify(
+        conn,
+        ready=runnable_on_arrival(job, out.state, now),
+        finished=[out.job_id] if out.state in schema.FINAL_STATES else (),
+    )
+    return out, groups
+
+
+def insert_many(
+    ctx: Context, conn: Connection, jobs: Sequence[NewJob], now: float, lease: tuple[str, float, int] | None = None
+) -> list[Submitted]:
+    """Insert ``jobs`` (no keys) in the caller's transaction, ids in input order.
+
+    Every upstream row (a batch's too) is locked first, in id order; then each
+    run of jobs goes in as one multi-row statement, with one more for all
+    their edges. Only a batch (rolled up on insert) goes alone. ``lease``:
+    ``(owner, ttl, limit)``: the ``limit`` best runnable rows (priority, then
+    order) go in leased to ``owner``, as a claim would lease them; the caller
+    has made sure that nothing else is runnable.
+    """
+    if any(job.key is not None for job in jobs):
+        raise ValueError("keyed jobs go through insert_job, which looks the key up first")
+    upstream = lock_upstream(ctx, conn, [d for job in jobs for d in job.deps])
+    out: list[Submitted] = []
+    i = 0
+    while i < len(jobs):
+        if jobs[i].batch:
+            out.append(_insert_with_deps(ctx, conn, jobs[i], now, upstream))
+            i += 1
+            continue
+        end = i
+        while end < len(jobs) and not jobs[end].batch:
+            end += 1
+        run = jobs[i:end]
+        rows = [_row_after(ctx, job, upstream, now) for job in run]
+        if lease is not None:
+            _mark_leased(run, rows, now, *lease)
+        ids = ctx.driver.insert_job_rows(conn, ctx.tables.jobs, rows)
+        _insert_edges(ctx, conn, run, ids)
+        out += [Submitted(x, row["state"], row["result"]) for x, row in zip(ids, rows)]
+        i = end
+    return out
+
+
+def notify_changes(
+    ctx: Context,
+    conn: Connection,
+    jobs: Sequence[NewJob],
+    rows: Sequence[Submitted],
+    now: float,
+    done: Finished | None = None,
+    taken: Iterable[int] = (),
+) -> None:
+    """Tell other processes what a transaction of inserts (and finishes) changed, at its commit.
+
+    Work is ready if a finish released or retried jobs, or a new row is
+    runnable and not among ``taken`` (rows this transaction leased itself);
+    finished: the jobs ``done`` finalized and new rows already final.
+    """
+    mine = set(taken)
+    ready = bool(done and (done.released or done.retried)) or any(
+        runnable_on_arrival(job, row.state, now) and row.job_id not in mine for job, row in zip(jobs, rows)
+    )
+    finished = [f.job_id for f in done.finals] if done else []
+    ctx.notify(conn, ready=ready, finished=finished + [r.job_id for r in rows if r.state in schema.FINAL_STATES])
+
+
+# -- leased on insert -------------------------------------------------------------------------------
+
+
+def _mark_leased(jobs: Sequence[NewJob], rows: list[dict[str, Any]], now: float, owner: str, ttl: float, limit: int) -> None:
+    """Mark the ``limit`` best runnable ``rows`` leased to ``owner`` (attempt 1), before they are inserted."""
+    runnable = [i for i, (job, row) in enumerate(zip(jobs, rows)) if runnable_on_arrival(job, row["state"], now)]
+    runnable.sort(key=lambda i: (-jobs[i].priority, i))
+    chosen = set(runnable[:limit])
+    for i, row in enumerate(rows):
+        # Every row gets the same columns: the multi-row insert takes them all alike.
+        mine = i in chosen
+        row.update(
+            state=schema.LEASED if mine else row["state"],
+            attempt=1 if mine else 0,
+            lease_owner=owner if mine else None,
+            lease_expires=now + ttl if mine else None,
+            started_at=now if mine else None,
+        )
+
+
+def nothing_runnable(ctx: Context, conn: Connection, group: str, now: float) -> bool:
+    """Whether new runnable jobs of ``group`` would be the claim's only choice (nothing else runnable, no limit)."""
+    return bool(conn.execute(ctx.sql.free_for, {"p_group": group, "p_now": now}).scalar())
+
+
+def insert_leased(ctx: Context, conn: Connection, job: NewJob, owner: str, ttl: float, now: float) -> Submitted:
+    """Insert one runnable ``job``, leased to ``owner`` if nothing else could be claimed before it (one statement)."""
+    row = _row(job, schema.READY, now)
+    params = {f"p_{name}": row[name] for name in ctx.sql.LEASED_INSERT_COLUMNS}
+    params.update(p_group=job.group, p_now=now, p_owner=owner, p_expires=now + ttl)
+    job_id, state = ctx.driver.insert_reading_state(conn, ctx.sql.insert_leased, params, ctx.tables.jobs)
+    return Submitted(job_id, state)
+
+
+def leased_on_insert(jobs: Sequence[NewJob], rows: Sequence[Submitted]) -> list[Claimed]:
+    """The claims of the rows that went in leased, in the order a claim would have taken them."""
+    got = [(job, row) for job, row in zip(jobs, rows) if row.state == schema.LEASED]
+    got.sort(key=lambda pair: (-pair[0].priority, pair[1].job_id))
+    return [Claimed(row.job_id, 1, job.payload, job.fn_name, job.timeout, job.refs, job.retry_delay) for job, row in got]

@@ -1,0 +1,91 @@
+"""The rules of the layout, checked: where SQL and dialect knowledge may live, and the statement catalogue."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import re
+
+from sqlalchemy import create_engine
+
+import dbexecutor
+from dbexecutor.store.sql import Statements, catalogue
+
+SRC = pathlib.Path(dbexecutor.__file__).parent
+DIALECT_NAMES = re.compile(r"\b(sqlite|postgres(?:ql)?|mysql|mariadb|psycopg|pymysql)\b", re.IGNORECASE)
+
+
+def _code_strings_and_names(path: pathlib.Path) -> list[tuple[int, str]]:
+    """String constants (docstrings excluded) and attribute names in a module: what code can branch on."""
+    tree = ast.parse(path.read_text())
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            found.append((node.lineno, node.value))
+        elif isinstance(node, ast.Attribute):
+            found.append((node.lineno, node.attr))
+    return found
+
+
+def test_no_dialect_names_or_dialect_checks_outside_the_dialect_package():
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
+        if rel.parts[0] == "dialects":
+            continue
+        for line, text in _code_strings_and_names(path):
+            if text in ("name",) or not text:
+                continue
+            # A URL in an error message or an example is not a branch on the dialect.
+            if "://" in text:
+                continue
+            if DIALECT_NAMES.search(text) or text in ("is_mariadb", "server_version_info"):
+                offenders.append(f"{rel}:{line}: {text!r}")
+    # engine.dialect / conn.dialect may be used for quoting only, inside the store.
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
+        if rel.parts[0] == "dialects":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if re.search(r"\.dialect\.(name|driver|is_mariadb|server_version)", line):
+                offenders.append(f"{rel}:{n}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_sql_lives_in_the_store_and_the_dialects():
+    # Modules outside store/ and dialects/ (and the schema) build no statements.
+    builders = re.compile(r"(?<![.\w])(select|insert|update|delete|text)\(|exec_driver_sql|\.execute\(")
+    offenders = []
+    for path in sorted(SRC.rglob("*.py")):
+        rel = path.relative_to(SRC)
+        if rel.parts[0] in ("store", "dialects") or rel.name == "schema.py":
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if builders.search(code) and "import" not in code:
+                offenders.append(f"{rel}:{n}: {line.strip()}")
+    assert not offenders, "\n".join(offenders)
+
+
+def test_every_statement_in_the_catalogue_is_named_described_and_compiles(db):
+    store = db.store()
+    try:
+        stmts: Statements = store.ctx.sql
+        entries = catalogue(stmts)
+        assert len(entries) > 50
+        dialect = create_engine(store.url).dialect
+        for name, line in entries:
+            assert line and 15 < len(line) < 200, f"{name}: its docstring's first line says what it does"
+            member = getattr(stmts, name)
+            stmt = member() if callable(member) and not hasattr(member, "compile") else member
+            assert str(stmt.compile(dialect=dialect)), name
+    finally:
+        store.close()
