@@ -107,7 +107,7 @@ class Sizes:
             claim_finished=(0, 1_000, 10_000), claim_waiting=10_000, claims=30,
             latency_samples=10, cross_samples=5, memory_jobs=300, child_jobs=100, memory_batch=100,
             repeats=1, dag_rounds=1,
-            durable_jobs=60, durable_blocks=3, cold_runs=1, roundtrip_samples=20, timeout_kills=2,
+            durable_jobs=60, durable_blocks=3, cold_runs=1, roundtrip_samples=20, timeout_s=1.0, timeout_kills=2,
             drain_jobs=500, scale_jobs=48, scale_executors=2, scale_slots=2, scale_rounds=1,
             swarm_jobs=200, swarm_executors=4, swarm_rounds=1, idle_s=2.0, connection_workers=(2, 4),
         )
