@@ -369,7 +369,8 @@ def _private_pg_database() -> tuple[str, str]:
     name = f"bench_idle_{uuid.uuid4().hex[:8]}"
     admin = procs.engine(URLS["postgresql"], isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
-        conn.execute(text(f"CREATE DATABASE {name}"))
+        # template0 takes no connections: another session on template1 cannot make this fail.
+        conn.execute(text(f"CREATE DATABASE {name} TEMPLATE template0"))
     admin.dispose()
     url = make_url(URLS["postgresql"]).set(database=name).render_as_string(hide_password=False)
     return url, name
