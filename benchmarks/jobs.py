@@ -33,3 +33,14 @@ def wait_for_file(path: str, limit: float) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def sleep_tree(seconds: float, pidfile: str) -> float:
+    """Start a ``sleep`` subprocess (a grandchild the timeout must kill too), note its pid, sleep."""
+    import subprocess
+
+    proc = subprocess.Popen(["sleep", str(int(seconds) + 1)])
+    with open(pidfile, "w") as f:
+        f.write(str(proc.pid))
+    time.sleep(seconds)
+    return seconds

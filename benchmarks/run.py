@@ -6,11 +6,13 @@
     python -m benchmarks --json out.json          # default: benchmarks/results/latest.json (quick.json with --quick)
     python -m benchmarks --show benchmarks/results/latest.json   # the table of an earlier run
 
-Scenarios: throughput, map, efficiency, dag, claim, latency, memory (see
-benchmarks/scenarios.py for what each compares). Every scenario also runs
-ProcessPoolExecutor (and loky, pebble when importable) in the same run; the
-ratios are what to compare across machines, absolute numbers depend on the box.
-Prints a table and writes JSON with every raw number and the machine.
+Scenarios: throughput, map, efficiency, dag, claim, latency, memory (benchmarks/scenarios.py);
+durable, coldstart, roundtrip, timeout (benchmarks/perjob.py); drain, scaleout, swarm, idle,
+connections (benchmarks/scaleout.py); benchmarks/catalog.py lists them. Where a baseline
+applies, ProcessPoolExecutor (and loky, pebble when importable) is alive at the same time
+as dbexecutor and timed in turn, interleaved; the ratios are what to compare across
+machines, absolute numbers depend on the box. Prints a table and writes JSON with every
+raw number and the machine. To compare two commits side by side: benchmarks/ab.py.
 """
 
 from __future__ import annotations
@@ -33,15 +35,17 @@ ROOT = Path(__file__).resolve().parent.parent
 if __package__ in (None, ""):  # python benchmarks/run.py: make "benchmarks" a package children can import
     sys.path[0:1] = [str(ROOT)]
 try:
-    import dbexecutor  # noqa: F401
+    import dbexecutor
 except ImportError:  # a checkout without the package installed
     sys.path.insert(1, str(ROOT / "src"))
+    import dbexecutor
 
 import psutil  # noqa: E402
 import sqlalchemy  # noqa: E402
 
 from benchmarks import baselines  # noqa: E402
-from benchmarks.scenarios import SCENARIOS, URLS, Context, Row, Sizes  # noqa: E402
+from benchmarks.catalog import SCENARIOS  # noqa: E402
+from benchmarks.scenarios import URLS, Context, Row, Sizes  # noqa: E402
 
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "latest.json"
 ALIASES = {"mysql": "mariadb", "pg": "postgresql", "postgres": "postgresql"}
@@ -84,12 +88,17 @@ def _module_version(name: str) -> str | None:
     return str(getattr(module, "__version__", getattr(module, "VERSION", "?")))
 
 
-def _git_commit() -> str | None:
+def _git_commit(where: Path = ROOT) -> str | None:
     try:
-        out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+        out = subprocess.run(["git", "-C", str(where), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
         return out.stdout.strip() or None
     except OSError:
         return None
+
+
+def _library_dir() -> Path:
+    """Where the imported dbexecutor lives (benchmarks/ab.py points PYTHONPATH at another revision's src)."""
+    return Path(dbexecutor.__file__).resolve().parent
 
 
 def machine(databases: list[str]) -> dict[str, Any]:
@@ -105,7 +114,9 @@ def machine(databases: list[str]) -> dict[str, Any]:
         "pymysql": _module_version("pymysql"),
         **baselines.versions(),
         "servers": {kind: _server_version(kind) for kind in databases},
-        "dbexecutor_commit": _git_commit(),
+        "dbexecutor_commit": _git_commit(_library_dir()),
+        "dbexecutor_path": str(_library_dir()),
+        "benchmarks_commit": _git_commit(),
         "load_average_at_start": list(os.getloadavg()),
     }
 
@@ -122,13 +133,20 @@ def fmt(value: float | None, unit: str) -> str:
         return f"{value:.2f}"
     if unit == "ms":
         return f"{value:.2f} ms"
+    if unit == "":
+        return f"{value:g}"
     if unit == "MB":
         return f"{value:.2f} MB"
     return f"{value:.2f} {unit}"
 
 
 def table(rows: list[Row], names: list[str]) -> str:
-    """A Markdown table: one row per metric of each scenario on each database."""
+    """A Markdown table: one row per metric of each scenario on each database.
+
+    A column per baseline executor, then one per other reference a scenario
+    measured (the plain INSERT+COMMIT rate, PGQueuer, 1 executor x 20 slots...).
+    """
+    names = list(dict.fromkeys([*names, *(k for r in rows for k in r.baselines)]))
     head = ["scenario", "database", "metric", "dbexecutor", *[n if n != "ppe" else "PPE" for n in names],
             "ratio", "target", "pass"]
     lines = [head]
@@ -207,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
             for r in got:
                 ratio = "" if r.ratio is None else f"  ratio {r.ratio:.3g}"
                 verdict = "" if r.passed is None else ("  pass" if r.passed else "  MISS")
+                ref = "ppe" if "ppe" in r.baselines else next(iter(r.baselines), "ppe")
                 print(f"  {scenario:<10} {kind:<10} {r.metric:<38} {fmt(r.dbexecutor, r.unit):>12}  "
-                      f"PPE {fmt(r.baselines.get('ppe'), r.unit):>12}{ratio}{verdict}", flush=True)
+                      f"{'PPE' if ref == 'ppe' else ref} {fmt(r.baselines.get(ref), r.unit):>12}{ratio}{verdict}",
+                      flush=True)
             print(f"  ({scenario}/{kind}: {timings[f'{scenario}/{kind}']:.1f} s)", flush=True)
     total = time.perf_counter() - started
     print()
