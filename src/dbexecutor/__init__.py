@@ -20,6 +20,7 @@ from .errors import (
     DependencyFailed,
     JobTimeoutError,
     PayloadRejected,
+    RemoteError,
     SchemaVersionError,
     WorkerDied,
 )
@@ -47,4 +48,5 @@ __all__ = [
     "JobTimeoutError",
     "WorkerDied",
     "PayloadRejected",
+    "RemoteError",
 ]
