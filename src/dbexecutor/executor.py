@@ -15,12 +15,14 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, replace
-from datetime import timedelta
+from dataclasses import dataclass, fields, replace
 from multiprocessing.context import BaseContext
 from typing import Any, TypeVar
 
+from sqlalchemy.engine import URL
+
 from . import schema, serialization
+from .durations import Duration, seconds
 from .future import JobFuture
 from .pool import default_context
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
@@ -44,6 +46,24 @@ def _run_chunk(fn: Callable[..., Any], chunk: Sequence[tuple[Any, ...]]) -> list
     return [fn(*args) for args in chunk]
 
 
+def _url_needed(url: object) -> str:
+    hint = ""
+    if isinstance(url, os.PathLike):
+        hint = f" (for an SQLite file: 'sqlite:///{os.fspath(url)}')"
+    return (
+        "DBExecutor needs a database URL string, e.g. 'sqlite:///jobs.db', 'postgresql://user@host/db' "
+        f"or 'mysql://user@host/db'; got {url!r}{hint}"
+    )
+
+
+def _required_seconds(value: Duration, name: str) -> float:
+    """A duration option that may not be None, in seconds (ranges are the caller's to check)."""
+    found = seconds(value, name)
+    if found is None:
+        raise TypeError(f"{name} must be a duration (seconds, a timedelta or e.g. '30s'), not None")
+    return found
+
+
 def _ended_badly(fut: Future[Any]) -> bool:
     """Whether ``fut`` is already cancelled or failed (without waiting)."""
     return fut.done() and (fut.cancelled() or fut.exception(0) is not None)
@@ -51,16 +71,21 @@ def _ended_badly(fut: Future[Any]) -> bool:
 
 @dataclass(frozen=True)
 class JobOptions:
-    """Per-job options, stored on the row.
+    """Per-job options, stored on the row; :meth:`DBExecutor.options` takes the same names.
 
     ``key``: unique per database; submitting an existing key returns that job's
     future instead of a new job. ``group``: the fair-share group (see
     :meth:`DBExecutor.configure_group`); ``weight``: sets that group's weight
     (``None``: leave it as configured). ``priority``: higher runs first within
-    its group. ``timeout``: seconds per
-    attempt before the child's process tree is killed (``None``: the executor
-    default). ``retries``: further attempts after a failure. ``delay`` or
-    ``run_after`` (epoch seconds): not ready before then.
+    its group. ``timeout``: seconds per attempt before the child's process
+    tree is killed (``None``: the executor default). ``retries``: further
+    attempts after a failure; ``retry_delay``: seconds before the first retry
+    (doubled for each further one, with jitter). ``delay`` or ``run_after``
+    (epoch seconds): not ready before then.
+
+    ``timeout``, ``retry_delay`` and ``delay`` take a number of seconds, a
+    ``timedelta`` or a duration string such as ``"90s"``, ``"30m"`` or
+    ``"1h30m"``; they are stored as seconds (floats).
     """
 
     key: str | None = None
@@ -71,8 +96,12 @@ class JobOptions:
     retries: int | None = None
     delay: float | None = None
     run_after: float | None = None
+    retry_delay: float | None = None
 
     def __post_init__(self) -> None:
+        for name in _DURATIONS:
+            # Frozen: normalizing "30m" or a timedelta to seconds goes around __setattr__.
+            object.__setattr__(self, name, seconds(getattr(self, name), name))
         if self.key is not None and (not isinstance(self.key, str) or not 0 < len(self.key) <= 255):
             raise ValueError("key must be a non-empty string of at most 255 characters")
         if not isinstance(self.group, str) or not 0 < len(self.group) <= 255:
@@ -85,10 +114,30 @@ class JobOptions:
             raise ValueError("timeout must be > 0 seconds (or None for no limit)")
         if self.retries is not None and (not isinstance(self.retries, int) or self.retries < 0):
             raise ValueError("retries must be an integer >= 0")
+        if self.retry_delay is not None and not (self.retry_delay >= 0 and math.isfinite(self.retry_delay)):
+            raise ValueError("retry_delay must be a finite number of seconds >= 0")
         if self.delay is not None and not (self.delay >= 0 and math.isfinite(self.delay)):
             raise ValueError("delay must be a finite number of seconds >= 0")
         if self.delay is not None and self.run_after is not None:
             raise ValueError("give delay or run_after, not both")
+
+
+#: The options that are durations (seconds, a timedelta or "1h30m").
+_DURATIONS = ("timeout", "retry_delay", "delay")
+#: Every option name, in the order the error for an unknown name lists them.
+_OPTION_NAMES = tuple(f.name for f in fields(JobOptions))
+
+
+def _with_options(base: JobOptions, options: dict[str, Any]) -> JobOptions:
+    """``base`` with ``options`` over it; a ``TypeError`` that lists the valid names for an unknown one."""
+    unknown = [name for name in options if name not in _OPTION_NAMES]
+    if unknown:
+        plural = "s" if len(unknown) > 1 else ""
+        raise TypeError(
+            f"unknown job option{plural} {', '.join(map(repr, unknown))}; "
+            f"the options are {', '.join(_OPTION_NAMES)}"
+        )
+    return replace(base, **options)
 
 
 class Submitter:
@@ -99,8 +148,8 @@ class Submitter:
         self._options = options
 
     def options(self, **options: Any) -> Submitter:
-        """These options plus or over the given ones."""
-        return Submitter(self._executor, replace(self._options, **options))
+        """These options plus or over the given ones (names as in :class:`JobOptions`)."""
+        return Submitter(self._executor, _with_options(self._options, options))
 
     def submit(self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any) -> JobFuture[T]:
         """As :meth:`DBExecutor.submit`, with these options."""
@@ -220,7 +269,10 @@ class DBExecutor(Executor):
     A drop-in for ``ProcessPoolExecutor``: the first argument is a SQLAlchemy
     URL (``sqlite:///jobs.db``, ``postgresql://user@host/db``,
     ``mysql://user@host/db``), the rest mirror ``ProcessPoolExecutor``.
-    Keyword-only options set the defaults for every job:
+    Keyword-only options set the defaults for every job. Durations
+    (``lease_ttl``, ``heartbeat_interval``, ``timeout``, ``retry_delay``,
+    ``poll_interval``, ``retention``) take seconds, a ``timedelta`` or a
+    string such as ``"90s"``, ``"30m"``, ``"1h30m"`` or ``"7d"``:
 
     - ``prefix``: table-name prefix, so the tables can share an application's database;
     - ``lease_ttl`` / ``heartbeat_interval``: seconds a claim lives without renewal,
@@ -230,7 +282,7 @@ class DBExecutor(Executor):
       attempts after a failure, with exponential backoff and jitter;
     - ``poll_interval``: how often the database is asked for work that other
       processes made ready and for jobs they finished;
-    - ``retention``: seconds (or a ``timedelta``) finished jobs are kept; older
+    - ``retention``: how long finished jobs are kept; older
       ones are deleted in small batches by this executor's scheduler, never one
       that an unfinished job still depends on (``None``: keep everything);
     - ``secret``: sign payloads and results with HMAC-SHA256 and refuse to
@@ -251,7 +303,7 @@ class DBExecutor(Executor):
 
     def __init__(
         self,
-        url: str,
+        url: str | URL,
         max_workers: int | None = None,
         mp_context: BaseContext | None = None,
         initializer: Callable[..., Any] | None = None,
@@ -259,17 +311,20 @@ class DBExecutor(Executor):
         *,
         max_tasks_per_child: int | None = None,
         prefix: str = "",
-        lease_ttl: float = 30.0,
-        heartbeat_interval: float | None = None,
-        timeout: float | None = None,
+        lease_ttl: Duration = 30.0,
+        heartbeat_interval: Duration | None = None,
+        timeout: Duration | None = None,
         retries: int = 0,
-        retry_delay: float = 1.0,
-        poll_interval: float = 0.2,
-        retention: float | timedelta | None = None,
+        retry_delay: Duration = 1.0,
+        poll_interval: Duration = 0.2,
+        retention: Duration | None = None,
         secret: str | bytes | None = None,
         run_jobs: bool = True,
         durable_submit: bool = False,
     ) -> None:
+        # Checked before anything is built: DBExecutor(os.environ.get("URL")) should say what is missing.
+        if not isinstance(url, (str, URL)):
+            raise TypeError(_url_needed(url))
         if max_workers is None:
             max_workers = _default_workers()
         elif max_workers <= 0:
@@ -283,16 +338,21 @@ class DBExecutor(Executor):
                 raise ValueError("max_tasks_per_child must be >= 1")
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
-        heartbeat_interval = lease_ttl / 6 if heartbeat_interval is None else heartbeat_interval
-        if not 0 < heartbeat_interval < lease_ttl:
+        ttl = _required_seconds(lease_ttl, "lease_ttl")
+        if not ttl > 0:
+            raise ValueError("lease_ttl must be > 0 seconds")
+        beat = ttl / 6 if heartbeat_interval is None else _required_seconds(heartbeat_interval, "heartbeat_interval")
+        if not 0 < beat < ttl:
             raise ValueError("heartbeat_interval must be > 0 and shorter than lease_ttl")
-        if poll_interval <= 0:
+        poll = _required_seconds(poll_interval, "poll_interval")
+        if not poll > 0:
             raise ValueError("poll_interval must be > 0")
-        if isinstance(retention, timedelta):
-            retention = retention.total_seconds()
-        if retention is not None and not (retention > 0 and math.isfinite(retention)):
-            raise ValueError("retention must be a positive number of seconds or a timedelta (or None to keep jobs)")
-        self._defaults = JobOptions(timeout=timeout, retries=retries)
+        keep = seconds(retention, "retention")
+        if keep is not None and not (keep > 0 and math.isfinite(keep)):
+            raise ValueError("retention must be a positive duration, e.g. 604800, '7d' or a timedelta (or None to keep jobs)")
+        # timeout, retries and retry_delay are every job's defaults, checked as per-job options are.
+        backoff = _required_seconds(retry_delay, "retry_delay")
+        self._defaults = JobOptions(timeout=seconds(timeout, "timeout"), retries=retries, retry_delay=backoff)
         self._store = Store(url, prefix, signer=serialization.Signer.from_env(secret))
         self._submitter_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         settings = Settings(
@@ -301,12 +361,12 @@ class DBExecutor(Executor):
             initializer=initializer,
             initargs=tuple(initargs),
             max_tasks_per_child=max_tasks_per_child,
-            lease_ttl=lease_ttl,
-            heartbeat_interval=heartbeat_interval,
-            timeout=timeout,
-            retry_delay=retry_delay,
-            poll_interval=poll_interval,
-            retention=retention,
+            lease_ttl=ttl,
+            heartbeat_interval=beat,
+            timeout=self._defaults.timeout,
+            retry_delay=backoff,
+            poll_interval=poll,
+            retention=keep,
             run_jobs=run_jobs,
         )
         self._scheduler = Scheduler(self._store, self._store.url.render_as_string(hide_password=False), settings)
@@ -420,9 +480,11 @@ class DBExecutor(Executor):
     def options(self, **options: Any) -> Submitter:
         """Per-job options for the next ``submit`` / ``map``: ``ex.options(timeout=60, group="io").submit(...)``.
 
-        See :class:`JobOptions` for the names.
+        The names are those of :class:`JobOptions` (an unknown one is a
+        ``TypeError`` that lists them); durations take seconds, a
+        ``timedelta`` or a string such as ``"90s"`` or ``"1h30m"``.
         """
-        return Submitter(self, replace(self._defaults, **options))
+        return Submitter(self, _with_options(self._defaults, options))
 
     # ``after`` is the one keyword Executor.submit does not have, hence the override ignore.
     def submit(  # type: ignore[override]
@@ -514,6 +576,7 @@ class DBExecutor(Executor):
             retries=opts.retries or 0,
             run_after=opts.run_after if opts.delay is None else now + opts.delay,
             submitted_by=self._submitter_id,
+            retry_delay=opts.retry_delay,
         )
 
     def _submit(

@@ -84,6 +84,7 @@ class NewJob:
     run_after: float | None = None
     submitted_by: str | None = None
     batch: bool = False  # a container whose ``deps`` are its children, in order
+    retry_delay: float | None = None  # seconds before the first retry (None: the finishing executor's)
 
 
 @dataclass(frozen=True)
