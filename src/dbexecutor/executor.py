@@ -6,6 +6,7 @@ dependency edges, and inserts the row; the scheduler thread does the rest.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import os
@@ -140,6 +141,68 @@ def _with_options(base: JobOptions, options: dict[str, Any]) -> JobOptions:
     return replace(base, **options)
 
 
+@dataclass(frozen=True)
+class _MapPlan:
+    """The jobs of one ``map``: each runs ``fn(*args)`` for the next ``args``; ``name`` is the row's function name."""
+
+    fn: Callable[..., Any]
+    opts: JobOptions
+    name: str | None
+    args: Iterator[tuple[Any, ...]]
+
+
+def _result_or_cancel(fut: JobFuture[T], end_time: float | None) -> T:
+    """``fut``'s result, waiting until ``end_time`` at most; a job whose wait ends without one is cancelled."""
+    try:
+        try:
+            return fut.result(None if end_time is None else end_time - time.monotonic())
+        finally:
+            fut.cancel()  # a no-op once the future is done
+    finally:
+        # A raised exception's traceback holds this frame: without this, the
+        # frame, the future and the exception would keep each other alive.
+        del fut
+
+
+def _results(
+    fs: collections.deque[JobFuture[Any]],
+    end_time: float | None,
+    chunked: bool,
+    scheduler: Scheduler,
+    executor: weakref.ref[DBExecutor],
+    plan: _MapPlan | None,
+) -> Iterator[Any]:
+    """The iterator ``map`` returns: each job's result (or each item of its chunk), in order.
+
+    While suspended at ``yield`` it holds no future and no result it has
+    handed out (CPython's ``test_free_reference``), and only a weak
+    reference to the executor: the caller decides what stays alive. With a
+    ``plan`` (``buffersize``), one more job is queued per job consumed.
+    """
+    try:
+        fs.reverse()  # oldest on the right: pop() it, new jobs go in on the left
+        while fs:
+            if plan is not None:
+                _queue_next(fs, executor, plan)
+            if not chunked:
+                yield _result_or_cancel(fs.pop(), end_time)
+                continue
+            chunk = _result_or_cancel(fs.pop(), end_time)
+            chunk.reverse()
+            while chunk:
+                yield chunk.pop()  # popped: an item the caller has dropped is freed
+    finally:
+        scheduler.cancel_jobs([f.job_id for f in fs if not f.done() and f.job_id is not None])
+
+
+def _queue_next(fs: collections.deque[JobFuture[Any]], executor: weakref.ref[DBExecutor], plan: _MapPlan) -> None:
+    """Queue the next job of a buffered ``map`` on the left of ``fs``."""
+    # A function of its own, so that no local of the suspended iterator holds the executor.
+    ex = executor()
+    if ex is not None:
+        fs.extendleft(ex._queue(plan, 1))
+
+
 class Submitter:
     """``submit`` and ``map`` with per-job options; made by :meth:`DBExecutor.options`."""
 
@@ -156,10 +219,15 @@ class Submitter:
         return self._executor._submit(fn, args, kwargs, after, self._options)
 
     def map(
-        self, fn: Callable[..., T], *iterables: Iterable[Any], timeout: float | None = None, chunksize: int = 1
+        self,
+        fn: Callable[..., T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+        buffersize: int | None = None,
     ) -> Iterator[T]:
         """As :meth:`DBExecutor.map`, with these options."""
-        return self._executor._map(fn, iterables, timeout, chunksize, self._options)
+        return self._executor._map(fn, iterables, timeout, chunksize, self._options, buffersize)
 
     def batch(self) -> Batch:
         """As :meth:`DBExecutor.batch`; the children get these options."""
@@ -641,15 +709,24 @@ class DBExecutor(Executor):
     # -- map ------------------------------------------------------------------
 
     def map(
-        self, fn: Callable[..., T], *iterables: Iterable[Any], timeout: float | None = None, chunksize: int = 1
+        self,
+        fn: Callable[..., T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+        buffersize: int | None = None,
     ) -> Iterator[T]:
         """As ``ProcessPoolExecutor.map``: results in order; ``chunksize`` items per job.
 
         The iterator raises ``TimeoutError`` if a result is not there
         ``timeout`` seconds after this call; leaving it early cancels the jobs
-        that have not started.
+        that have not started. ``buffersize`` (as in Python 3.14, on every
+        version here): at most this many jobs (of ``chunksize`` items each)
+        are submitted ahead of the one the consumer waits for, and the
+        iterables are read as results are consumed, so ``map`` works on an
+        endless iterator; ``None`` (the default) submits everything at once.
         """
-        return self._map(fn, iterables, timeout, chunksize, self._defaults)
+        return self._map(fn, iterables, timeout, chunksize, self._defaults, buffersize)
 
     def _map(
         self,
@@ -658,21 +735,31 @@ class DBExecutor(Executor):
         timeout: float | None,
         chunksize: int,
         opts: JobOptions,
+        buffersize: int | None = None,
     ) -> Iterator[Any]:
+        # The checks and messages of CPython 3.14's Executor.map.
+        if buffersize is not None and not isinstance(buffersize, int):
+            raise TypeError("buffersize must be an integer or None")
+        if buffersize is not None and buffersize < 1:
+            raise ValueError("buffersize must be None or > 0")
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
         if opts.key is not None:
             raise ValueError("a key names one job; map submits many (use submit for keyed jobs)")
         self._check_open()
         end_time = None if timeout is None else timeout + time.monotonic()
-        now = time.time()
         items = zip(*iterables)
-        if chunksize == 1:
-            calls = (self._prepare(fn, args, {}, (), opts, now) for args in items)
-        else:
-            name = serialization.qualified_name(fn)
+        plan = _MapPlan(fn, opts, None, items)
+        if chunksize > 1:
             chunks = iter(lambda: list(itertools.islice(items, chunksize)), [])
-            calls = (self._prepare(_run_chunk, (fn, chunk), {}, (), opts, now, name) for chunk in chunks)
+            plan = _MapPlan(_run_chunk, opts, serialization.qualified_name(fn), ((fn, chunk) for chunk in chunks))
+        fs = collections.deque(self._queue(plan, buffersize))
+        return _results(fs, end_time, chunksize > 1, self._scheduler, weakref.ref(self), plan if buffersize else None)
+
+    def _queue(self, plan: _MapPlan, limit: int | None) -> list[JobFuture[Any]]:
+        """Queue the next ``limit`` jobs of a ``map`` (all of them for None); their futures, in order."""
+        now = time.time()
+        calls = (self._prepare(plan.fn, args, {}, (), plan.opts, now, plan.name) for args in itertools.islice(plan.args, limit))
         # Queued like submits: the scheduler writes them with its ticks, in
         # the transactions that also claim them. Handed over in slices: a
         # short map reaches the scheduler whole (one tick writes and claims
@@ -689,21 +776,7 @@ class DBExecutor(Executor):
             self._scheduler.due(min(delays))
         if self._durable_submit:
             self._scheduler.flush()
-
-        def result_iterator() -> Iterator[Any]:
-            try:
-                fs.reverse()  # pop() from the end is O(1)
-                while fs:
-                    fut = fs.pop()
-                    value = fut.result() if end_time is None else fut.result(end_time - time.monotonic())
-                    if chunksize == 1:
-                        yield value
-                    else:
-                        yield from value
-            finally:
-                self._scheduler.cancel_jobs([f.job_id for f in fs if f.job_id is not None and not f.done()])
-
-        return result_iterator()
+        return fs
 
     # -- shutdown -------------------------------------------------------------
 
