@@ -18,7 +18,7 @@ from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, fields, replace
 from multiprocessing.context import BaseContext
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
 
 from sqlalchemy.engine import URL
 
@@ -31,6 +31,7 @@ from .store import GroupInfo, NewJob, Store, Submitted
 
 __all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 _MAP_BATCH = 500  # rows per insert transaction in Batch.map()
@@ -214,7 +215,16 @@ class Submitter:
         """These options plus or over the given ones (names as in :class:`JobOptions`)."""
         return Submitter(self._executor, _with_options(self._options, options))
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any) -> JobFuture[T]:
+    # Typed as DBExecutor.submit: see there for why there are two signatures.
+    @overload
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]], **kwargs: Any
+    ) -> JobFuture[T]: ...
+
+    @overload
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, after: Any = (), **kwargs: Any) -> JobFuture[T]:
         """As :meth:`DBExecutor.submit`, with these options."""
         return self._executor._submit(fn, args, kwargs, after, self._options)
 
@@ -269,7 +279,16 @@ class Batch(JobFuture[list[Any]]):
         if self._sealed:
             raise RuntimeError("this batch is sealed; start a new one to submit more jobs")
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any) -> JobFuture[T]:
+    # Typed as DBExecutor.submit: see there for why there are two signatures.
+    @overload
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]], **kwargs: Any
+    ) -> JobFuture[T]: ...
+
+    @overload
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, after: Any = (), **kwargs: Any) -> JobFuture[T]:
         """Submit a child (as :meth:`DBExecutor.submit`); a call that cannot be pickled raises here."""
         self._check_unsealed()
         fut = self._executor._submit(fn, args, kwargs, after, self._options)
@@ -554,10 +573,18 @@ class DBExecutor(Executor):
         """
         return Submitter(self, _with_options(self._defaults, options))
 
-    # ``after`` is the one keyword Executor.submit does not have, hence the override ignore.
-    def submit(  # type: ignore[override]
-        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any
-    ) -> JobFuture[T]:
+    # Two signatures because a ParamSpec cannot have a keyword (``after``)
+    # beside it: with ``after``, the result type is still known but the
+    # arguments are not checked against ``fn``; without it, they are.
+    @overload
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]], **kwargs: Any
+    ) -> JobFuture[T]: ...
+
+    @overload
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, after: Any = (), **kwargs: Any) -> JobFuture[T]:
         """Persist ``fn(*args, **kwargs)`` as a job and return its future.
 
         ``after``: futures this job waits for (ordering only). A ``JobFuture``
