@@ -28,6 +28,7 @@ from .executor import Batch, DBExecutor, JobOptions, Submitter
 from .future import JobFuture
 from .store import GroupInfo
 
+#: The package's version; pyproject.toml reads it from here (the one place it is written).
 __version__ = "0.1.0"
 
 # A library prints nothing unless the application configures logging.

@@ -36,7 +36,7 @@ from typing import Any, TextIO
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
-from . import schema, serialization
+from . import __version__, schema, serialization
 from .errors import ConfigurationError, DatabaseUnavailable, PayloadRejected, SchemaVersionError
 from .dialects import resolve
 from .durations import parse_duration
@@ -471,6 +471,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Inspect, repair and serve a dbexecutor job database.",
         epilog="exit status: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()),
     )
+    parser.add_argument("--version", action="version", version=f"dbexecutor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("status", help="counts per state and group, running jobs, oldest ready job")
