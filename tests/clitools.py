@@ -34,6 +34,8 @@ def cli(db: Any, *args: str, env: dict[str, str] | None = None, timeout: float =
 
 def start_worker(db: Any, log_path: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     """Start ``dbexecutor worker`` on the test's tables, logging to ``log_path`` (a file: a full pipe would block it)."""
+    # A worker refuses an SQLite file that does not exist: create the tables first, as a deployment would.
+    db.store().close()
     with open(log_path, "ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "dbexecutor", "worker", db.url, "--prefix", db.prefix,

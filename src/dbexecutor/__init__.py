@@ -20,6 +20,7 @@ from .errors import (
     DependencyFailed,
     JobTimeoutError,
     PayloadRejected,
+    RemoteError,
     SchemaVersionError,
     WorkerDied,
 )
@@ -27,6 +28,7 @@ from .executor import Batch, DBExecutor, JobOptions, Submitter
 from .future import JobFuture
 from .records import GroupInfo, JobDetail, JobSummary, StatusReport
 
+#: The package's version; pyproject.toml reads it from here (the one place it is written).
 __version__ = "0.1.0"
 
 # A library prints nothing unless the application configures logging.
@@ -50,4 +52,5 @@ __all__ = [
     "JobTimeoutError",
     "WorkerDied",
     "PayloadRejected",
+    "RemoteError",
 ]

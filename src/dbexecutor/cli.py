@@ -29,7 +29,6 @@ import json
 from dataclasses import asdict
 import os
 import pickletools
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -38,9 +37,10 @@ from typing import Any, TextIO
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
-from . import schema, serialization
+from . import __version__, schema, serialization
 from .errors import ConfigurationError, DatabaseUnavailable, PayloadRejected, SchemaVersionError
 from .dialects import resolve
+from .durations import parse_duration
 from .store import Store, masked_url
 
 __all__ = ["main", "parse_duration", "EXIT_CODES"]
@@ -61,8 +61,6 @@ EXIT_CODES = {
 }
 
 URL_ENV = "DBEXECUTOR_URL"
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|m|s|)", re.IGNORECASE)
-_UNITS = {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "": 1.0}
 
 
 class UsageError(Exception):
@@ -75,15 +73,6 @@ class _Failure(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``7d``, ``12h``, ``1h30m``, ``90s``, ``2w`` or a plain number of seconds."""
-    compact = text.strip().replace(" ", "")
-    parts = _DURATION_RE.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 7d, 12h, 30m, 90s or 1h30m)")
-    return sum(float(n) * _UNITS[u.lower()] for n, u in parts)
 
 
 # -- formatting -------------------------------------------------------------------
@@ -500,6 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Inspect, repair and serve a dbexecutor job database.",
         epilog="exit status: " + "; ".join(f"{k} {v}" for k, v in EXIT_CODES.items()),
     )
+    parser.add_argument("--version", action="version", version=f"dbexecutor {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("status", help="counts per state and group, running jobs, oldest ready job")

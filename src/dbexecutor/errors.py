@@ -6,6 +6,11 @@ a per-job timeout is a :class:`TimeoutError`, a dead child is a
 :class:`~concurrent.futures.process.BrokenProcessPool`, a cancelled upstream is
 a :class:`~concurrent.futures.CancelledError`, so code written for
 ``ProcessPoolExecutor`` keeps catching what it caught before.
+
+A job's own exception comes back as itself. Only when this process cannot
+rebuild it (its class is not importable here, or its ``__init__`` does not
+accept the arguments it was pickled with) does it arrive as a
+:class:`RemoteError` that names the original type and keeps its message.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ __all__ = [
     "JobTimeoutError",
     "WorkerDied",
     "PayloadRejected",
+    "RemoteError",
 ]
 
 
@@ -86,3 +92,30 @@ class PayloadRejected(DBExecutorError):
     check fails its job with this error before any of it runs, and a result
     that fails it is never handed to a future or to a dependent job.
     """
+
+
+class RemoteError(DBExecutorError):
+    """A job's exception that could not be rebuilt in this process, with what is known of it.
+
+    The child stores the exception's pickle together with its type's
+    qualified name and ``str(exc)``; when the pickle cannot be loaded here
+    (e.g. a custom exception whose ``__init__`` takes extra required
+    arguments, or a class this process cannot import), the future raises
+    this instead. ``__cause__`` is the child's traceback (a
+    ``RemoteTraceback``), as for any job exception.
+
+    - ``type_name``: the original type, ``module.QualName``;
+    - ``message``: ``str()`` of the original exception, taken in the child;
+    - ``reason``: why it could not be rebuilt here (``TypeError(...)``), or None.
+    """
+
+    def __init__(self, type_name: str, message: str, reason: str | None = None) -> None:
+        super().__init__(f"{type_name}: {message}" if message else type_name)
+        self.type_name = type_name
+        self.message = message
+        self.reason = reason
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        # Its own arguments (and notes), so it pickles again: a dependent's
+        # DependencyFailed carries it as its cause.
+        return (RemoteError, (self.type_name, self.message, self.reason), self.__dict__)

@@ -6,6 +6,7 @@ dependency edges, and inserts the row; the scheduler thread does the rest.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import math
 import os
@@ -15,12 +16,14 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, replace
-from datetime import timedelta
+from dataclasses import dataclass, fields, replace
 from multiprocessing.context import BaseContext
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar, overload
+
+from sqlalchemy.engine import URL
 
 from . import schema, serialization
+from .durations import Duration, seconds
 from .future import JobFuture
 from .pool import default_context
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
@@ -29,6 +32,7 @@ from .store import Store
 
 __all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 _MAP_BATCH = 500  # rows per insert transaction in Batch.map()
@@ -45,6 +49,24 @@ def _run_chunk(fn: Callable[..., Any], chunk: Sequence[tuple[Any, ...]]) -> list
     return [fn(*args) for args in chunk]
 
 
+def _url_needed(url: object) -> str:
+    hint = ""
+    if isinstance(url, os.PathLike):
+        hint = f" (for an SQLite file: 'sqlite:///{os.fspath(url)}')"
+    return (
+        "DBExecutor needs a database URL string, e.g. 'sqlite:///jobs.db', 'postgresql://user@host/db' "
+        f"or 'mysql://user@host/db'; got {url!r}{hint}"
+    )
+
+
+def _required_seconds(value: Duration, name: str) -> float:
+    """A duration option that may not be None, in seconds (ranges are the caller's to check)."""
+    found = seconds(value, name)
+    if found is None:
+        raise TypeError(f"{name} must be a duration (seconds, a timedelta or e.g. '30s'), not None")
+    return found
+
+
 def _ended_badly(fut: Future[Any]) -> bool:
     """Whether ``fut`` is already cancelled or failed (without waiting)."""
     return fut.done() and (fut.cancelled() or fut.exception(0) is not None)
@@ -52,16 +74,21 @@ def _ended_badly(fut: Future[Any]) -> bool:
 
 @dataclass(frozen=True)
 class JobOptions:
-    """Per-job options, stored on the row.
+    """Per-job options, stored on the row; :meth:`DBExecutor.options` takes the same names.
 
     ``key``: unique per database; submitting an existing key returns that job's
     future instead of a new job. ``group``: the fair-share group (see
     :meth:`DBExecutor.configure_group`); ``weight``: sets that group's weight
     (``None``: leave it as configured). ``priority``: higher runs first within
-    its group. ``timeout``: seconds per
-    attempt before the child's process tree is killed (``None``: the executor
-    default). ``retries``: further attempts after a failure. ``delay`` or
-    ``run_after`` (epoch seconds): not ready before then.
+    its group. ``timeout``: seconds per attempt before the child's process
+    tree is killed (``None``: the executor default). ``retries``: further
+    attempts after a failure; ``retry_delay``: seconds before the first retry
+    (doubled for each further one, with jitter). ``delay`` or ``run_after``
+    (epoch seconds): not ready before then.
+
+    ``timeout``, ``retry_delay`` and ``delay`` take a number of seconds, a
+    ``timedelta`` or a duration string such as ``"90s"``, ``"30m"`` or
+    ``"1h30m"``; they are stored as seconds (floats).
     """
 
     key: str | None = None
@@ -72,8 +99,12 @@ class JobOptions:
     retries: int | None = None
     delay: float | None = None
     run_after: float | None = None
+    retry_delay: float | None = None
 
     def __post_init__(self) -> None:
+        for name in _DURATIONS:
+            # Frozen: normalizing "30m" or a timedelta to seconds goes around __setattr__.
+            object.__setattr__(self, name, seconds(getattr(self, name), name))
         if self.key is not None and (not isinstance(self.key, str) or not 0 < len(self.key) <= 255):
             raise ValueError("key must be a non-empty string of at most 255 characters")
         if not isinstance(self.group, str) or not 0 < len(self.group) <= 255:
@@ -86,10 +117,92 @@ class JobOptions:
             raise ValueError("timeout must be > 0 seconds (or None for no limit)")
         if self.retries is not None and (not isinstance(self.retries, int) or self.retries < 0):
             raise ValueError("retries must be an integer >= 0")
+        if self.retry_delay is not None and not (self.retry_delay >= 0 and math.isfinite(self.retry_delay)):
+            raise ValueError("retry_delay must be a finite number of seconds >= 0")
         if self.delay is not None and not (self.delay >= 0 and math.isfinite(self.delay)):
             raise ValueError("delay must be a finite number of seconds >= 0")
         if self.delay is not None and self.run_after is not None:
             raise ValueError("give delay or run_after, not both")
+
+
+#: The options that are durations (seconds, a timedelta or "1h30m").
+_DURATIONS = ("timeout", "retry_delay", "delay")
+#: Every option name, in the order the error for an unknown name lists them.
+_OPTION_NAMES = tuple(f.name for f in fields(JobOptions))
+
+
+def _with_options(base: JobOptions, options: dict[str, Any]) -> JobOptions:
+    """``base`` with ``options`` over it; a ``TypeError`` that lists the valid names for an unknown one."""
+    unknown = [name for name in options if name not in _OPTION_NAMES]
+    if unknown:
+        plural = "s" if len(unknown) > 1 else ""
+        raise TypeError(
+            f"unknown job option{plural} {', '.join(map(repr, unknown))}; "
+            f"the options are {', '.join(_OPTION_NAMES)}"
+        )
+    return replace(base, **options)
+
+
+@dataclass(frozen=True)
+class _MapPlan:
+    """The jobs of one ``map``: each runs ``fn(*args)`` for the next ``args``; ``name`` is the row's function name."""
+
+    fn: Callable[..., Any]
+    opts: JobOptions
+    name: str | None
+    args: Iterator[tuple[Any, ...]]
+
+
+def _result_or_cancel(fut: JobFuture[T], end_time: float | None) -> T:
+    """``fut``'s result, waiting until ``end_time`` at most; a job whose wait ends without one is cancelled."""
+    try:
+        try:
+            return fut.result(None if end_time is None else end_time - time.monotonic())
+        finally:
+            fut.cancel()  # a no-op once the future is done
+    finally:
+        # A raised exception's traceback holds this frame: without this, the
+        # frame, the future and the exception would keep each other alive.
+        del fut
+
+
+def _results(
+    fs: collections.deque[JobFuture[Any]],
+    end_time: float | None,
+    chunked: bool,
+    scheduler: Scheduler,
+    executor: weakref.ref[DBExecutor],
+    plan: _MapPlan | None,
+) -> Iterator[Any]:
+    """The iterator ``map`` returns: each job's result (or each item of its chunk), in order.
+
+    While suspended at ``yield`` it holds no future and no result it has
+    handed out (CPython's ``test_free_reference``), and only a weak
+    reference to the executor: the caller decides what stays alive. With a
+    ``plan`` (``buffersize``), one more job is queued per job consumed.
+    """
+    try:
+        fs.reverse()  # oldest on the right: pop() it, new jobs go in on the left
+        while fs:
+            if plan is not None:
+                _queue_next(fs, executor, plan)
+            if not chunked:
+                yield _result_or_cancel(fs.pop(), end_time)
+                continue
+            chunk = _result_or_cancel(fs.pop(), end_time)
+            chunk.reverse()
+            while chunk:
+                yield chunk.pop()  # popped: an item the caller has dropped is freed
+    finally:
+        scheduler.cancel_jobs([f.job_id for f in fs if not f.done() and f.job_id is not None])
+
+
+def _queue_next(fs: collections.deque[JobFuture[Any]], executor: weakref.ref[DBExecutor], plan: _MapPlan) -> None:
+    """Queue the next job of a buffered ``map`` on the left of ``fs``."""
+    # A function of its own, so that no local of the suspended iterator holds the executor.
+    ex = executor()
+    if ex is not None:
+        fs.extendleft(ex._queue(plan, 1))
 
 
 class Submitter:
@@ -100,18 +213,32 @@ class Submitter:
         self._options = options
 
     def options(self, **options: Any) -> Submitter:
-        """These options plus or over the given ones."""
-        return Submitter(self._executor, replace(self._options, **options))
+        """These options plus or over the given ones (names as in :class:`JobOptions`)."""
+        return Submitter(self._executor, _with_options(self._options, options))
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any) -> JobFuture[T]:
+    # Typed as DBExecutor.submit: see there for why there are two signatures.
+    @overload
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]], **kwargs: Any
+    ) -> JobFuture[T]: ...
+
+    @overload
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, after: Any = (), **kwargs: Any) -> JobFuture[T]:
         """As :meth:`DBExecutor.submit`, with these options."""
         return self._executor._submit(fn, args, kwargs, after, self._options)
 
     def map(
-        self, fn: Callable[..., T], *iterables: Iterable[Any], timeout: float | None = None, chunksize: int = 1
+        self,
+        fn: Callable[..., T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+        buffersize: int | None = None,
     ) -> Iterator[T]:
         """As :meth:`DBExecutor.map`, with these options."""
-        return self._executor._map(fn, iterables, timeout, chunksize, self._options)
+        return self._executor._map(fn, iterables, timeout, chunksize, self._options, buffersize)
 
     def batch(self) -> Batch:
         """As :meth:`DBExecutor.batch`; the children get these options."""
@@ -153,7 +280,16 @@ class Batch(JobFuture[list[Any]]):
         if self._sealed:
             raise RuntimeError("this batch is sealed; start a new one to submit more jobs")
 
-    def submit(self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any) -> JobFuture[T]:
+    # Typed as DBExecutor.submit: see there for why there are two signatures.
+    @overload
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]], **kwargs: Any
+    ) -> JobFuture[T]: ...
+
+    @overload
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, after: Any = (), **kwargs: Any) -> JobFuture[T]:
         """Submit a child (as :meth:`DBExecutor.submit`); a call that cannot be pickled raises here."""
         self._check_unsealed()
         fut = self._executor._submit(fn, args, kwargs, after, self._options)
@@ -221,7 +357,10 @@ class DBExecutor(Executor):
     A drop-in for ``ProcessPoolExecutor``: the first argument is a SQLAlchemy
     URL (``sqlite:///jobs.db``, ``postgresql://user@host/db``,
     ``mysql://user@host/db``), the rest mirror ``ProcessPoolExecutor``.
-    Keyword-only options set the defaults for every job:
+    Keyword-only options set the defaults for every job. Durations
+    (``lease_ttl``, ``heartbeat_interval``, ``timeout``, ``retry_delay``,
+    ``poll_interval``, ``retention``) take seconds, a ``timedelta`` or a
+    string such as ``"90s"``, ``"30m"``, ``"1h30m"`` or ``"7d"``:
 
     - ``prefix``: table-name prefix, so the tables can share an application's database;
     - ``lease_ttl`` / ``heartbeat_interval``: seconds a claim lives without renewal,
@@ -231,7 +370,7 @@ class DBExecutor(Executor):
       attempts after a failure, with exponential backoff and jitter;
     - ``poll_interval``: how often the database is asked for work that other
       processes made ready and for jobs they finished;
-    - ``retention``: seconds (or a ``timedelta``) finished jobs are kept; older
+    - ``retention``: how long finished jobs are kept; older
       ones are deleted in small batches by this executor's scheduler, never one
       that an unfinished job still depends on (``None``: keep everything);
     - ``secret``: sign payloads and results with HMAC-SHA256 and refuse to
@@ -252,7 +391,7 @@ class DBExecutor(Executor):
 
     def __init__(
         self,
-        url: str,
+        url: str | URL,
         max_workers: int | None = None,
         mp_context: BaseContext | None = None,
         initializer: Callable[..., Any] | None = None,
@@ -260,17 +399,20 @@ class DBExecutor(Executor):
         *,
         max_tasks_per_child: int | None = None,
         prefix: str = "",
-        lease_ttl: float = 30.0,
-        heartbeat_interval: float | None = None,
-        timeout: float | None = None,
+        lease_ttl: Duration = 30.0,
+        heartbeat_interval: Duration | None = None,
+        timeout: Duration | None = None,
         retries: int = 0,
-        retry_delay: float = 1.0,
-        poll_interval: float = 0.2,
-        retention: float | timedelta | None = None,
+        retry_delay: Duration = 1.0,
+        poll_interval: Duration = 0.2,
+        retention: Duration | None = None,
         secret: str | bytes | None = None,
         run_jobs: bool = True,
         durable_submit: bool = False,
     ) -> None:
+        # Checked before anything is built: DBExecutor(os.environ.get("URL")) should say what is missing.
+        if not isinstance(url, (str, URL)):
+            raise TypeError(_url_needed(url))
         if max_workers is None:
             max_workers = _default_workers()
         elif max_workers <= 0:
@@ -284,16 +426,21 @@ class DBExecutor(Executor):
                 raise ValueError("max_tasks_per_child must be >= 1")
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
-        heartbeat_interval = lease_ttl / 6 if heartbeat_interval is None else heartbeat_interval
-        if not 0 < heartbeat_interval < lease_ttl:
+        ttl = _required_seconds(lease_ttl, "lease_ttl")
+        if not ttl > 0:
+            raise ValueError("lease_ttl must be > 0 seconds")
+        beat = ttl / 6 if heartbeat_interval is None else _required_seconds(heartbeat_interval, "heartbeat_interval")
+        if not 0 < beat < ttl:
             raise ValueError("heartbeat_interval must be > 0 and shorter than lease_ttl")
-        if poll_interval <= 0:
+        poll = _required_seconds(poll_interval, "poll_interval")
+        if not poll > 0:
             raise ValueError("poll_interval must be > 0")
-        if isinstance(retention, timedelta):
-            retention = retention.total_seconds()
-        if retention is not None and not (retention > 0 and math.isfinite(retention)):
-            raise ValueError("retention must be a positive number of seconds or a timedelta (or None to keep jobs)")
-        self._defaults = JobOptions(timeout=timeout, retries=retries)
+        keep = seconds(retention, "retention")
+        if keep is not None and not (keep > 0 and math.isfinite(keep)):
+            raise ValueError("retention must be a positive duration, e.g. 604800, '7d' or a timedelta (or None to keep jobs)")
+        # timeout, retries and retry_delay are every job's defaults, checked as per-job options are.
+        backoff = _required_seconds(retry_delay, "retry_delay")
+        self._defaults = JobOptions(timeout=seconds(timeout, "timeout"), retries=retries, retry_delay=backoff)
         self._store = Store(url, prefix, signer=serialization.Signer.from_env(secret))
         self._submitter_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         settings = Settings(
@@ -302,12 +449,12 @@ class DBExecutor(Executor):
             initializer=initializer,
             initargs=tuple(initargs),
             max_tasks_per_child=max_tasks_per_child,
-            lease_ttl=lease_ttl,
-            heartbeat_interval=heartbeat_interval,
-            timeout=timeout,
-            retry_delay=retry_delay,
-            poll_interval=poll_interval,
-            retention=retention,
+            lease_ttl=ttl,
+            heartbeat_interval=beat,
+            timeout=self._defaults.timeout,
+            retry_delay=backoff,
+            poll_interval=poll,
+            retention=keep,
             run_jobs=run_jobs,
         )
         self._scheduler = Scheduler(self._store, self._store.url.render_as_string(hide_password=False), settings)
@@ -421,14 +568,24 @@ class DBExecutor(Executor):
     def options(self, **options: Any) -> Submitter:
         """Per-job options for the next ``submit`` / ``map``: ``ex.options(timeout=60, group="io").submit(...)``.
 
-        See :class:`JobOptions` for the names.
+        The names are those of :class:`JobOptions` (an unknown one is a
+        ``TypeError`` that lists them); durations take seconds, a
+        ``timedelta`` or a string such as ``"90s"`` or ``"1h30m"``.
         """
-        return Submitter(self, replace(self._defaults, **options))
+        return Submitter(self, _with_options(self._defaults, options))
 
-    # ``after`` is the one keyword Executor.submit does not have, hence the override ignore.
-    def submit(  # type: ignore[override]
-        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]] = (), **kwargs: Any
-    ) -> JobFuture[T]:
+    # Two signatures because a ParamSpec cannot have a keyword (``after``)
+    # beside it: with ``after``, the result type is still known but the
+    # arguments are not checked against ``fn``; without it, they are.
+    @overload
+    def submit(
+        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]], **kwargs: Any
+    ) -> JobFuture[T]: ...
+
+    @overload
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, after: Any = (), **kwargs: Any) -> JobFuture[T]:
         """Persist ``fn(*args, **kwargs)`` as a job and return its future.
 
         ``after``: futures this job waits for (ordering only). A ``JobFuture``
@@ -518,6 +675,7 @@ class DBExecutor(Executor):
             retries=opts.retries or 0,
             run_after=opts.run_after if opts.delay is None else now + opts.delay,
             submitted_by=self._submitter_id,
+            retry_delay=opts.retry_delay,
         )
 
     def _submit(
@@ -582,15 +740,24 @@ class DBExecutor(Executor):
     # -- map ------------------------------------------------------------------
 
     def map(
-        self, fn: Callable[..., T], *iterables: Iterable[Any], timeout: float | None = None, chunksize: int = 1
+        self,
+        fn: Callable[..., T],
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+        buffersize: int | None = None,
     ) -> Iterator[T]:
         """As ``ProcessPoolExecutor.map``: results in order; ``chunksize`` items per job.
 
         The iterator raises ``TimeoutError`` if a result is not there
         ``timeout`` seconds after this call; leaving it early cancels the jobs
-        that have not started.
+        that have not started. ``buffersize`` (as in Python 3.14, on every
+        version here): at most this many jobs (of ``chunksize`` items each)
+        are submitted ahead of the one the consumer waits for, and the
+        iterables are read as results are consumed, so ``map`` works on an
+        endless iterator; ``None`` (the default) submits everything at once.
         """
-        return self._map(fn, iterables, timeout, chunksize, self._defaults)
+        return self._map(fn, iterables, timeout, chunksize, self._defaults, buffersize)
 
     def _map(
         self,
@@ -599,21 +766,31 @@ class DBExecutor(Executor):
         timeout: float | None,
         chunksize: int,
         opts: JobOptions,
+        buffersize: int | None = None,
     ) -> Iterator[Any]:
+        # The checks and messages of CPython 3.14's Executor.map.
+        if buffersize is not None and not isinstance(buffersize, int):
+            raise TypeError("buffersize must be an integer or None")
+        if buffersize is not None and buffersize < 1:
+            raise ValueError("buffersize must be None or > 0")
         if chunksize < 1:
             raise ValueError("chunksize must be >= 1.")
         if opts.key is not None:
             raise ValueError("a key names one job; map submits many (use submit for keyed jobs)")
         self._check_open()
         end_time = None if timeout is None else timeout + time.monotonic()
-        now = time.time()
         items = zip(*iterables)
-        if chunksize == 1:
-            calls = (self._prepare(fn, args, {}, (), opts, now) for args in items)
-        else:
-            name = serialization.qualified_name(fn)
+        plan = _MapPlan(fn, opts, None, items)
+        if chunksize > 1:
             chunks = iter(lambda: list(itertools.islice(items, chunksize)), [])
-            calls = (self._prepare(_run_chunk, (fn, chunk), {}, (), opts, now, name) for chunk in chunks)
+            plan = _MapPlan(_run_chunk, opts, serialization.qualified_name(fn), ((fn, chunk) for chunk in chunks))
+        fs = collections.deque(self._queue(plan, buffersize))
+        return _results(fs, end_time, chunksize > 1, self._scheduler, weakref.ref(self), plan if buffersize else None)
+
+    def _queue(self, plan: _MapPlan, limit: int | None) -> list[JobFuture[Any]]:
+        """Queue the next ``limit`` jobs of a ``map`` (all of them for None); their futures, in order."""
+        now = time.time()
+        calls = (self._prepare(plan.fn, args, {}, (), plan.opts, now, plan.name) for args in itertools.islice(plan.args, limit))
         # Queued like submits: the scheduler writes them with its ticks, in
         # the transactions that also claim them. Handed over in slices: a
         # short map reaches the scheduler whole (one tick writes and claims
@@ -630,21 +807,7 @@ class DBExecutor(Executor):
             self._scheduler.due(min(delays))
         if self._durable_submit:
             self._scheduler.flush()
-
-        def result_iterator() -> Iterator[Any]:
-            try:
-                fs.reverse()  # pop() from the end is O(1)
-                while fs:
-                    fut = fs.pop()
-                    value = fut.result() if end_time is None else fut.result(end_time - time.monotonic())
-                    if chunksize == 1:
-                        yield value
-                    else:
-                        yield from value
-            finally:
-                self._scheduler.cancel_jobs([f.job_id for f in fs if f.job_id is not None and not f.done()])
-
-        return result_iterator()
+        return fs
 
     # -- shutdown -------------------------------------------------------------
 

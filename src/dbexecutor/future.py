@@ -17,8 +17,11 @@ __all__ = ["JobFuture"]
 T = TypeVar("T")
 
 
-class JobFuture(Future, Generic[T]):  # type: ignore[type-arg]
+class JobFuture(Future[T], Generic[T]):
     """The future of one job row; ``job_id`` is the row's id.
+
+    Generic in the job's return type: ``ex.submit(fn, ...)`` is a
+    ``JobFuture[R]`` when ``fn`` returns ``R``, and ``result()`` an ``R``.
 
     It behaves like any ``Future`` (``result``, ``exception``, callbacks,
     ``wait``, ``as_completed``). ``cancel()`` cancels the job in the database,

@@ -10,7 +10,10 @@ Data flow of one job::
 
 An exception keeps its ``__cause__`` chain across the pickle (plain pickling
 drops it), and the child's formatted traceback becomes a
-:class:`RemoteTraceback` cause, as ``ProcessPoolExecutor`` does.
+:class:`RemoteTraceback` cause, as ``ProcessPoolExecutor`` does. Each
+exception is stored with its type's name and its message beside its pickle:
+a process that cannot rebuild it gets a :class:`~dbexecutor.RemoteError`
+that says what it was.
 
 With a secret, every stored pickle is signed (:class:`Signer`) and verified
 before it is unpickled: a pickle is code, and the database is shared.
@@ -22,10 +25,11 @@ import hashlib
 import hmac
 import os
 import pickle
+import pickletools
 import traceback
 from typing import Any, Callable
 
-from .errors import DependencyFailed, PayloadRejected
+from .errors import DependencyFailed, PayloadRejected, RemoteError
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 _MAX_CAUSE_DEPTH = 8
@@ -271,15 +275,71 @@ def batch_result(blobs: list[bytes]) -> bytes:
 
 
 # -- exceptions ---------------------------------------------------------------
+#
+# A stored exception is a chain of links, outermost first, each pickled as
+#
+#     _unbox_exception(<the exception's own pickle>, "module.Type", str(exc), <its cause>)
+#
+# The exception's own pickle is nested as bytes, so that when it cannot be
+# loaded here (a class this process cannot import, an ``__init__`` that
+# wants other arguments than it was pickled with) only that link fails, and
+# becomes a RemoteError built from the two strings beside it; its cause, the
+# child's RemoteTraceback, still loads. The traceback is stored as its text,
+# so tools can read it with pickletools without unpickling anything.
+#
+# Blobs written before (``_rebuild_exception(exc, cause)``) still load; when
+# they fail, the type and message are read from the traceback text inside.
 
 
 def _rebuild_exception(exc: BaseException, cause: BaseException | None) -> BaseException:
+    # The format of blobs stored by dbexecutor 0.1.0: keep it loadable.
     exc.__cause__ = cause
     return exc
 
 
+def exception_type_name(exc: BaseException) -> str:
+    """``module.QualName`` of an exception's type."""
+    return f"{type(exc).__module__}.{type(exc).__qualname__}"
+
+
+def _message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception as error:  # a broken __str__ must not lose the exception itself
+        return f"<str() failed: {type(error).__name__}: {error}>"
+
+
+def exception_summary(exc: BaseException) -> str:
+    """``Type: message`` for a row's readable ``error`` column, even when ``str(exc)`` raises."""
+    return f"{type(exc).__name__}: {_message(exc)}"
+
+
+def _unbox_exception(
+    pickled: bytes, type_name: str, message: str, cause: BaseException | None
+) -> BaseException:
+    """Load one link of a stored exception chain (named in stored blobs: keep the name)."""
+    exc: BaseException
+    try:
+        loaded = loads(pickled)
+        if not isinstance(loaded, BaseException):
+            raise TypeError(f"the stored exception is a {type(loaded).__name__}")
+        exc = loaded
+    except Exception as error:
+        exc = _remote_error(type_name, message, error)
+    exc.__cause__ = cause
+    return exc
+
+
+def _remote_error(type_name: str, message: str, error: BaseException) -> RemoteError:
+    reason = f"{type(error).__name__}: {error}"
+    remote = RemoteError(type_name, message, reason)
+    if hasattr(remote, "add_note"):  # 3.11+: the traceback says why it is not the original type
+        remote.add_note(f"({type_name} could not be rebuilt in this process: {reason})")
+    return remote
+
+
 class _ExceptionBox:
-    """Pickles an exception together with its ``__cause__`` chain."""
+    """Pickles an exception with its ``__cause__`` chain, one link at a time (see above)."""
 
     def __init__(self, exc: BaseException, depth: int = 0) -> None:
         self.exc = exc
@@ -287,7 +347,12 @@ class _ExceptionBox:
         self.cause = _ExceptionBox(cause, depth + 1) if cause is not None and depth < _MAX_CAUSE_DEPTH else None
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
-        return (_rebuild_exception, (self.exc, self.cause))
+        exc = self.exc
+        if type(exc) is RemoteTraceback and self.cause is None:
+            return (RemoteTraceback, (exc.tb,))  # plain text: always loadable, readable by tools
+        # Raises if the exception cannot be pickled: dump_exception stores a replacement.
+        pickled = dumps(exc)
+        return (_unbox_exception, (pickled, exception_type_name(exc), _message(exc), self.cause))
 
 
 def format_remote_traceback(exc: BaseException) -> str:
@@ -298,8 +363,11 @@ def format_remote_traceback(exc: BaseException) -> str:
 def dump_exception(exc: BaseException, *, remote_tb: str | None = None, signer: Signer = UNSIGNED) -> bytes:
     """Pickle an exception with its cause chain; ``remote_tb`` becomes the innermost cause.
 
-    If the exception itself cannot be pickled, the pickling error is stored in
-    its place, with the original's type and message, as ``ProcessPoolExecutor`` does.
+    Each exception is stored with its type's qualified name and its message,
+    so a process that cannot rebuild it still raises a :class:`RemoteError`
+    saying what it was. If the exception itself cannot be pickled, the
+    pickling error is stored in its place, with the original's type and
+    message, as ``ProcessPoolExecutor`` does. The signature covers all of it.
     """
     if remote_tb is not None:
         exc.__cause__ = RemoteTraceback(remote_tb)
@@ -307,7 +375,7 @@ def dump_exception(exc: BaseException, *, remote_tb: str | None = None, signer: 
         return signer.sign(dumps(_ExceptionBox(exc)), ERROR_CONTEXT)
     except Exception as pickling_error:
         replacement = pickle.PicklingError(
-            f"exception {type(exc).__module__}.{type(exc).__qualname__}({exc}) could not be pickled: {pickling_error}"
+            f"exception {exception_type_name(exc)}({_message(exc)}) could not be pickled: {pickling_error}"
         )
         if remote_tb is not None:
             replacement.__cause__ = RemoteTraceback(remote_tb)
@@ -315,18 +383,65 @@ def dump_exception(exc: BaseException, *, remote_tb: str | None = None, signer: 
 
 
 def load_exception(data: bytes, signer: Signer = UNSIGNED) -> BaseException:
-    """Inverse of :func:`dump_exception`; a blob that cannot be loaded (or fails its signature) becomes an explanatory error."""
+    """Inverse of :func:`dump_exception`; never raises.
+
+    An exception that cannot be rebuilt here comes back as a
+    :class:`RemoteError` (type name, message, the child's traceback as
+    ``__cause__``); a blob that fails its signature as ``PayloadRejected``.
+    """
     try:
         data = signer.open(data, ERROR_CONTEXT, "a stored exception")
     except PayloadRejected as rejected:
         return rejected
     try:
         exc = loads(data)
-    except Exception as error:  # e.g. the exception class is not importable here
-        return RuntimeError(f"the stored exception could not be unpickled: {error!r}")
+    except Exception as error:  # a blob of the old format whose exception cannot be rebuilt here
+        return _salvage(data, error)
     if not isinstance(exc, BaseException):
         return TypeError(f"stored exception blob holds {type(exc).__name__}, not an exception")
     return exc
+
+
+_TRACEBACK_HEAD = "Traceback (most recent call last):"
+
+
+def find_traceback(data: bytes) -> str | None:
+    """The child's formatted traceback inside an (unsigned) exception pickle, found without unpickling it."""
+    best: str | None = None
+    try:
+        for _op, arg, _pos in pickletools.genops(data):
+            if isinstance(arg, str) and _TRACEBACK_HEAD in arg and (best is None or len(arg) > len(best)):
+                best = arg
+    except Exception:
+        pass  # truncated or altered: keep what was read
+    return best
+
+
+def _last_exception_line(tb: str) -> tuple[str, str] | None:
+    """``(type, message)`` of the exception a formatted traceback ends with."""
+    lines = tb.strip().strip('"').strip().splitlines()
+    heads = [n for n, line in enumerate(lines) if line.startswith(_TRACEBACK_HEAD)]
+    if not heads:
+        return None
+    # After the last "Traceback" header: indented frame lines, then "Type: message" (maybe on several lines).
+    rest = lines[heads[-1] + 1 :]
+    while rest and (not rest[0] or rest[0][0].isspace()):
+        rest.pop(0)
+    if not rest:
+        return None
+    type_name, _, first = rest[0].partition(": ")
+    return type_name, "\n".join([first, *rest[1:]]).strip()
+
+
+def _salvage(data: bytes, error: BaseException) -> BaseException:
+    """The best account of an exception pickle that could not be loaded: what its traceback says."""
+    tb = find_traceback(data)
+    found = _last_exception_line(tb) if tb is not None else None
+    if tb is None or found is None:
+        return _remote_error("<unknown>", f"the stored exception could not be unpickled: {error!r}", error)
+    remote = _remote_error(found[0], found[1], error)
+    remote.__cause__ = RemoteTraceback(tb)
+    return remote
 
 
 def dependency_failure(upstream_id: int, upstream_blob: bytes | None, signer: Signer = UNSIGNED) -> bytes:

@@ -29,7 +29,8 @@ import threading
 import time
 from types import FrameType
 
-from .cli import parse_duration
+from .dialects import resolve
+from .durations import parse_duration
 from .executor import DBExecutor
 from .store import masked_url
 
@@ -38,6 +39,10 @@ __all__ = ["add_arguments", "run_worker"]
 log = logging.getLogger("dbexecutor.worker")
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s[%(process)d] %(message)s"
+
+# The command line's exit statuses (cli.EXIT_CODES) for what a worker refuses to start on.
+_EXIT_USAGE = 2
+_EXIT_NO_DATABASE = 4
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,8 +69,34 @@ def _configure_logging(level: str) -> None:
     root.setLevel(level)
 
 
+def _refusal(args: argparse.Namespace) -> tuple[int, str] | None:
+    """Why this worker must not start, with its exit status; None if it may."""
+    for path in args.path:
+        if not os.path.isdir(path):
+            what = "is not a directory" if os.path.exists(path) else "does not exist"
+            return _EXIT_USAGE, f"--path {path} {what}: job functions could not be imported from it"
+    dialect = resolve(args.url)
+    if dialect.database_missing():
+        # Opening it would create an empty SQLite file and wait on it forever:
+        # almost always a mistyped path, or a worker started before anything else.
+        return _EXIT_NO_DATABASE, (
+            f"no database at {masked_url(dialect.url)}; a worker does not create one "
+            "(check the path, or run `dbexecutor migrate` first if you want a new database)"
+        )
+    return None
+
+
 def run_worker(args: argparse.Namespace) -> int:
-    """Serve jobs until SIGTERM/SIGINT; 0 after a clean stop, 1 if the scheduler broke."""
+    """Serve jobs until SIGTERM/SIGINT; 0 after a clean stop, 1 if the scheduler broke.
+
+    Refuses to start (2) on a ``--path`` that is not a directory, and (4) on
+    an SQLite database file that does not exist.
+    """
+    refused = _refusal(args)
+    if refused is not None:
+        status, message = refused
+        sys.stderr.write(f"dbexecutor worker: {message}\n")
+        return status
     _configure_logging(args.log_level)
     for path in reversed(args.path):
         sys.path.insert(0, os.path.abspath(path))
