@@ -287,26 +287,38 @@ class PostgreSQLDialect(Dialect):
 
         return pg_insert(table).on_conflict_do_nothing()
 
-    def setup_engine(self, engine: Engine) -> None:
-        @event.listens_for(engine, "connect")
-        def _connect(dbapi_conn: Any, _record: Any) -> None:
-            # No JIT compilation: every statement here is short, and a cost
-            # estimate made without statistics (a table autovacuum has not
-            # analyzed yet) can pass jit_above_cost and add a compile of
-            # 100+ ms to a lookup of a millisecond.
-            settings = "SET jit = off"
-            if dbapi_conn.info.server_version >= 120000:
-                # Plan every execution for the table as it is now. psycopg
-                # prepares a statement on the server after a few runs, and the
-                # server may keep the generic plan it made then: made while
-                # the table was small, it scanned the table, and kept scanning
-                # as the table grew (in the random-DAG benchmark, looking up
-                # 500 ids by primary key took 129 ms a call; planned afresh,
-                # 4 ms). Planning costs the idle submit-to-start path ~0.2 ms.
-                settings += "; SET plan_cache_mode = force_custom_plan"
-            with dbapi_conn.cursor() as cur:
-                cur.execute(settings)
-            dbapi_conn.commit()
+    def engine_options(self) -> dict[str, Any]:
+        # Nothing is prepared on the server (psycopg's prepare_threshold=None:
+        # each statement is parsed and planned where it runs, as an unnamed
+        # statement), and nothing is SET on a connection. Both are session
+        # state, and a transaction pooler (PgBouncer in transaction mode, which
+        # before 1.21 knows nothing of prepared statements) hands each
+        # transaction whichever server connection is free: a statement psycopg
+        # prepared on one ("_pg3_0") is missing on the next, or another
+        # client's "_pg3_0" is already there, and a SET lands on a connection
+        # other clients get next, not on the ones this process gets later.
+        # Measured against preparing after 5 runs (psycopg's default) with
+        # custom plans forced: a claim transaction +0.08 ms, a read of 200
+        # rows by id +0.2 ms, one row by id the same; submit-to-result, a
+        # burst of 2,000 jobs and a DAG of 1,000 the same within the noise
+        # (benchmarks/pg_session_state.py).
+        #
+        # What the connect-time settings did is covered without them:
+        # - plan_cache_mode = force_custom_plan kept the server from reusing a
+        #   generic plan made while a table was small (with autovacuum off
+        #   nothing replaced it, and it kept scanning the table as it grew:
+        #   129 ms for 500 ids by primary key in the random-DAG benchmark;
+        #   planned afresh, 4 ms). An unnamed statement gets a custom plan
+        #   every time, for its own parameters.
+        # - jit = off kept a statement estimated without statistics from
+        #   passing jit_above_cost (a 150 ms compile on a 1 ms lookup, before
+        #   edges_out looked edges up by index). JIT is now the server's
+        #   setting. On never-analyzed tables of a million jobs and a million
+        #   edges the highest estimate of a run's statements was 44,500
+        #   (edges_out), under the default jit_above_cost of 100,000; the
+        #   estimates grow with the tables, so a server that never gathers
+        #   statistics should turn JIT off for the role (README, "PgBouncer").
+        return {**super().engine_options(), "connect_args": {"prepare_threshold": None}}
 
     def edges_out(self, deps: Table, jobs: Table, ids: Sequence[int]) -> Select[Any]:
         # Built once per pair of tables: building the LATERAL subquery and its
@@ -415,9 +427,9 @@ class PostgreSQLDialect(Dialect):
         return {int(i) for i in conn.execute(stmt, params).scalars()}
 
     def reserve_ids(self, conn: Connection, table: Table, n: int) -> list[int] | None:
-        # One round trip for the ids, then a plain executemany (psycopg pipelines
-        # it with one short, prepared statement): a multi-row INSERT ... RETURNING
-        # makes psycopg parse a new long query text on every call.
+        # One round trip for the ids, then one set-based INSERT (insert_many):
+        # a multi-row INSERT ... RETURNING is a new long query text for each
+        # number of rows.
         seq = self._sequences.get(table.name)
         if seq is None:
             seq = conn.execute(text("SELECT pg_get_serial_sequence(:t, 'id')"), {"t": table.name}).scalar_one()
