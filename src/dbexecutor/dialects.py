@@ -451,8 +451,9 @@ class PostgreSQLDialect(Dialect):
         # A connection of its own, outside the pool: it sits in LISTEN for the
         # executor's lifetime, in autocommit (notifications arrive between transactions).
         cargs, cparams = engine.dialect.create_connect_args(self.url)
+        where = f"{self.url.host or 'localhost'}:{self.url.port or 5432}"
         thread = threading.Thread(
-            target=_pg_listen, args=(cargs, cparams, channel, callback, stop), name="dbexecutor-listen", daemon=True
+            target=_pg_listen, args=(cargs, cparams, channel, callback, stop, where), name="dbexecutor-listen", daemon=True
         )
         thread.start()
         return thread
@@ -578,7 +579,12 @@ class MySQLDialect(Dialect):
 
 
 def _pg_listen(
-    cargs: Any, cparams: dict[str, Any], channel: str, callback: Callable[[str | None], None], stop: threading.Event
+    cargs: Any,
+    cparams: dict[str, Any],
+    channel: str,
+    callback: Callable[[str | None], None],
+    stop: threading.Event,
+    where: str = "",
 ) -> None:
     import psycopg
     from psycopg import sql
@@ -587,6 +593,19 @@ def _pg_listen(
     while not stop.is_set():
         try:
             with psycopg.connect(*cargs, **cparams, autocommit=True) as pg:
+                # A pooler (PgBouncer, ...) answers the connection with a
+                # process id of its own, not the server's. In transaction
+                # pooling, LISTEN there would stay on a server connection that
+                # later serves other clients (PgBouncer drops what arrives on
+                # it meanwhile), and nothing would reach this one: poll instead.
+                server_pid = pg.execute("SELECT pg_backend_pid()").fetchone()
+                if server_pid is not None and server_pid[0] != pg.info.backend_pid:
+                    log.warning(
+                        "%s goes through a connection pooler: no LISTEN there (in transaction pooling it would "
+                        "lose the notifications), so this process polls for work and results from other "
+                        "processes every poll_interval", where,
+                    )
+                    return
                 pg.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                 callback(None)  # anything sent while we were not listening is unknown
                 backoff = 0.1
