@@ -165,12 +165,18 @@ class Dialect:
         """Queue a notification, delivered when ``conn``'s transaction commits."""
 
     def listen(
-        self, engine: Engine, channel: str, callback: Callable[[str | None], None], stop: threading.Event
+        self,
+        engine: Engine,
+        channel: str,
+        callback: Callable[[str | None], None],
+        stop: threading.Event,
+        url: URL | None = None,
     ) -> threading.Thread | None:
         """Start a thread that calls ``callback(payload)`` per notification, until ``stop`` is set.
 
         ``callback(None)`` means notifications may have been missed (the
-        listening connection was (re)opened): look at everything. Returns None
+        listening connection was (re)opened): look at everything. ``url``: where
+        to listen, if not at the engine's URL (``listen_url``). Returns None
         where the database has no notifications, so polling is all there is.
         """
         return None
@@ -446,14 +452,25 @@ class PostgreSQLDialect(Dialect):
         conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": channel, "p": payload})
 
     def listen(
-        self, engine: Engine, channel: str, callback: Callable[[str | None], None], stop: threading.Event
+        self,
+        engine: Engine,
+        channel: str,
+        callback: Callable[[str | None], None],
+        stop: threading.Event,
+        url: URL | None = None,
     ) -> threading.Thread | None:
         # A connection of its own, outside the pool: it sits in LISTEN for the
-        # executor's lifetime, in autocommit (notifications arrive between transactions).
-        cargs, cparams = engine.dialect.create_connect_args(self.url)
-        where = f"{self.url.host or 'localhost'}:{self.url.port or 5432}"
+        # executor's lifetime, in autocommit (notifications arrive between
+        # transactions). ``url`` (listen_url) is a direct one when the pool's
+        # goes through a transaction pooler.
+        target = url if url is not None else self.url
+        cargs, cparams = engine.dialect.create_connect_args(target)
+        where = f"{target.host or 'localhost'}:{target.port or 5432}"
         thread = threading.Thread(
-            target=_pg_listen, args=(cargs, cparams, channel, callback, stop, where), name="dbexecutor-listen", daemon=True
+            target=_pg_listen,
+            args=(cargs, cparams, channel, callback, stop, where, url is not None),
+            name="dbexecutor-listen",
+            daemon=True,
         )
         thread.start()
         return thread
@@ -585,11 +602,13 @@ def _pg_listen(
     callback: Callable[[str | None], None],
     stop: threading.Event,
     where: str = "",
+    listen_url: bool = False,
 ) -> None:
     import psycopg
     from psycopg import sql
 
     backoff = 0.1
+    warned = False
     while not stop.is_set():
         try:
             with psycopg.connect(*cargs, **cparams, autocommit=True) as pg:
@@ -598,14 +617,23 @@ def _pg_listen(
                 # pooling, LISTEN there would stay on a server connection that
                 # later serves other clients (PgBouncer drops what arrives on
                 # it meanwhile), and nothing would reach this one: poll instead.
+                # A listen_url is taken as given (a session-mode pool works).
                 server_pid = pg.execute("SELECT pg_backend_pid()").fetchone()
-                if server_pid is not None and server_pid[0] != pg.info.backend_pid:
+                pooled = server_pid is not None and server_pid[0] != pg.info.backend_pid
+                if pooled and not listen_url:
                     log.warning(
                         "%s goes through a connection pooler: no LISTEN there (in transaction pooling it would "
                         "lose the notifications), so this process polls for work and results from other "
-                        "processes every poll_interval", where,
+                        "processes every poll_interval; give listen_url (dbexecutor worker --listen-url) "
+                        "a direct URL of the server for wake-ups", where,
                     )
                     return
+                if pooled and not warned:
+                    warned = True
+                    log.warning(
+                        "listen_url %s goes through a connection pooler: LISTEN works there only in "
+                        "session pooling; polling every poll_interval stays as the backstop", where,
+                    )
                 pg.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                 callback(None)  # anything sent while we were not listening is unknown
                 backoff = 0.1

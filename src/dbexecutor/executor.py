@@ -238,6 +238,11 @@ class DBExecutor(Executor):
     - ``run_jobs``: ``False`` makes a submit-only executor that never claims a
       job: standalone workers (``dbexecutor worker``) run them, and the futures
       resolve when the rows say the jobs finished;
+    - ``listen_url`` (PostgreSQL): the URL of the one connection that LISTENs
+      for wake-ups, when ``url`` goes through a transaction pooler such as
+      PgBouncer, where LISTEN does not work: the same database, reached
+      directly. Without it, an executor whose URL goes through a pooler
+      polls every ``poll_interval`` instead (and logs a warning once);
     - ``durable_submit``: ``True`` makes ``submit`` return only once its row is
       committed. By default ``submit`` queues the row and returns at once; the
       scheduler commits everything queued in one transaction, within about one
@@ -269,6 +274,7 @@ class DBExecutor(Executor):
         secret: str | bytes | None = None,
         run_jobs: bool = True,
         durable_submit: bool = False,
+        listen_url: str | None = None,
     ) -> None:
         if max_workers is None:
             max_workers = _default_workers()
@@ -293,7 +299,7 @@ class DBExecutor(Executor):
         if retention is not None and not (retention > 0 and math.isfinite(retention)):
             raise ValueError("retention must be a positive number of seconds or a timedelta (or None to keep jobs)")
         self._defaults = JobOptions(timeout=timeout, retries=retries)
-        self._store = Store(url, prefix, signer=serialization.Signer.from_env(secret))
+        self._store = Store(url, prefix, signer=serialization.Signer.from_env(secret), listen_url=listen_url)
         self._submitter_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         settings = Settings(
             max_workers=max_workers,

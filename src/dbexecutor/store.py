@@ -168,11 +168,23 @@ class Store:
         create: bool = True,
         pool_size: int | None = None,
         signer: serialization.Signer | None = None,
+        listen_url: str | None = None,
     ) -> None:
         #: Signs the exceptions the store writes and checks the ones it reads.
         self.signer = signer or serialization.UNSIGNED
         self.dialect: Dialect = resolve(url)
         self.url = self.dialect.url
+        #: Where :meth:`listen` connects, if not at ``url`` (PostgreSQL): a
+        #: direct URL of the server when ``url`` goes through a transaction pooler.
+        self.listen_url = None
+        if listen_url is not None:
+            listener = resolve(listen_url)
+            if not (self.dialect.supports_notify and listener.supports_notify):
+                raise ConfigurationError(
+                    "listen_url is for PostgreSQL, whose executors LISTEN for wake-ups: a postgresql:// URL of "
+                    "the same database, reached directly, when the database URL goes through a pooler such as PgBouncer"
+                )
+            self.listen_url = listener.url
         self.prefix = schema.validate_prefix(prefix)
         self.tables = schema.make_tables(prefix, partial_indexes=self.dialect.supports_partial_indexes)
         options = self.dialect.engine_options()
@@ -308,7 +320,7 @@ class Store:
 
     def listen(self, callback: Callable[[str | None], None], stop: threading.Event) -> threading.Thread | None:
         """Call ``callback`` for each notification on this store's channel (None where unsupported)."""
-        return self.dialect.listen(self.engine, self.channel, callback, stop)
+        return self.dialect.listen(self.engine, self.channel, callback, stop, self.listen_url)
 
     # -- groups ---------------------------------------------------------------
 
