@@ -378,6 +378,11 @@ class DBExecutor(Executor):
     - ``run_jobs``: ``False`` makes a submit-only executor that never claims a
       job: standalone workers (``dbexecutor worker``) run them, and the futures
       resolve when the rows say the jobs finished;
+    - ``listen_url`` (PostgreSQL): the URL of the one connection that LISTENs
+      for wake-ups, when ``url`` goes through a transaction pooler such as
+      PgBouncer, where LISTEN does not work: the same database, reached
+      directly. Without it, an executor whose URL goes through a pooler
+      polls every ``poll_interval`` instead (and logs a warning once);
     - ``durable_submit``: ``True`` makes ``submit`` return only once its row is
       committed. By default ``submit`` queues the row and returns at once; the
       scheduler commits everything queued in one transaction, within about one
@@ -409,6 +414,7 @@ class DBExecutor(Executor):
         secret: str | bytes | None = None,
         run_jobs: bool = True,
         durable_submit: bool = False,
+        listen_url: str | None = None,
     ) -> None:
         # Checked before anything is built: DBExecutor(os.environ.get("URL")) should say what is missing.
         if not isinstance(url, (str, URL)):
@@ -441,7 +447,7 @@ class DBExecutor(Executor):
         # timeout, retries and retry_delay are every job's defaults, checked as per-job options are.
         backoff = _required_seconds(retry_delay, "retry_delay")
         self._defaults = JobOptions(timeout=seconds(timeout, "timeout"), retries=retries, retry_delay=backoff)
-        self._store = Store(url, prefix, signer=serialization.Signer.from_env(secret))
+        self._store = Store(url, prefix, signer=serialization.Signer.from_env(secret), listen_url=listen_url)
         self._submitter_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
         settings = Settings(
             max_workers=max_workers,

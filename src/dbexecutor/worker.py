@@ -54,6 +54,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--poll-interval", type=parse_duration, default=0.2, help="seconds between looks for ready work")
     p.add_argument("--timeout", type=parse_duration, default=None, help="default per-attempt timeout of jobs without one")
     p.add_argument("--retention", type=parse_duration, default=None, help="delete finished jobs older than this (e.g. 7d)")
+    p.add_argument("--listen-url", default=os.environ.get("DBEXECUTOR_LISTEN_URL") or None, metavar="URL",
+                   help="PostgreSQL behind a transaction pooler (PgBouncer): a direct URL of the server for the LISTEN "
+                        "connection (default $DBEXECUTOR_LISTEN_URL; without it, such a worker polls)")
     p.add_argument("--path", action="append", default=[], metavar="DIR",
                    help="put DIR on sys.path so job functions can be imported (repeatable)")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -114,9 +117,10 @@ def run_worker(args: argparse.Namespace) -> int:
         ex = _executor(args)
         sched = ex._scheduler
         log.warning(
-            "worker %s serving %s prefix %r with up to %d children%s",
+            "worker %s serving %s prefix %r with up to %d children%s%s",
             sched.owner, masked_url(ex._store.url), args.prefix, ex._max_workers,
             ", payloads must be signed" if ex._store.signer.enabled else "",
+            f", listening at {masked_url(ex._store.listen_url)}" if ex._store.listen_url is not None else "",
         )
         while not stop.wait(0.2):
             if not sched._thread.is_alive():
@@ -149,4 +153,5 @@ def _executor(args: argparse.Namespace) -> DBExecutor:
         timeout=args.timeout,
         retention=args.retention,
         secret=args.secret,  # None: $DBEXECUTOR_SECRET
+        listen_url=args.listen_url,
     )

@@ -246,12 +246,18 @@ class Driver:
         raise NotImplementedError(f"{self.label} has no notifications")
 
     def listen(
-        self, engine: Engine, channel: str, callback: Callable[[str | None], None], stop: threading.Event
+        self,
+        engine: Engine,
+        channel: str,
+        callback: Callable[[str | None], None],
+        stop: threading.Event,
+        url: URL | None = None,
     ) -> threading.Thread:
         """Start a thread that calls ``callback(payload)`` per notification until ``stop`` is set (only if :attr:`supports_notify`).
 
         ``callback(None)`` means notifications may have been missed (the
-        listening connection was (re)opened): look at everything.
+        listening connection was (re)opened): look at everything. ``url``:
+        where to listen, if not at the engine's URL (``listen_url``).
         """
         raise NotImplementedError(f"{self.label} has no notifications")
 

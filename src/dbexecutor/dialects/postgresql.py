@@ -18,7 +18,6 @@ from sqlalchemy import (
     Table,
     any_,
     bindparam,
-    event,
     func,
     literal_column,
     select,
@@ -54,24 +53,22 @@ class PostgreSQLDriver(Driver):
 
     # -- connecting -------------------------------------------------------------------------------
 
-    def setup_engine(self, engine: Engine) -> None:
-        @event.listens_for(engine, "connect")
-        def _connect(dbapi_conn: Any, _record: Any) -> None:
-            # No JIT compilation: every statement here is short, and a cost
-            # estimate made without statistics (a table autovacuum has not
-            # analyzed yet) can pass jit_above_cost and add a compile far
-            # longer than the lookup itself.
-            settings = "SET jit = off"
-            if dbapi_conn.info.server_version >= 120000:
-                # Plan every execution for the table as it is now. psycopg
-                # prepares a statement on the server after a few runs, and the
-                # server may keep the generic plan it made then: made while
-                # the table was small, it scanned the table, and kept
-                # scanning as the table grew.
-                settings += "; SET plan_cache_mode = force_custom_plan"
-            with dbapi_conn.cursor() as cur:
-                cur.execute(settings)
-            dbapi_conn.commit()
+    def engine_options(self) -> dict[str, Any]:
+        # Nothing is prepared on the server (psycopg's prepare_threshold=None:
+        # each statement is parsed and planned where it runs, as an unnamed
+        # statement), and nothing is SET on a connection. Both are session
+        # state, and a transaction pooler (PgBouncer in transaction mode, which
+        # before 1.21 knows nothing of prepared statements) hands each
+        # transaction whichever server connection is free: a statement psycopg
+        # prepared on one is missing on the next, or another client's is
+        # already there, and a SET lands on a connection other clients get.
+        #
+        # What the connect-time settings of earlier versions did is covered
+        # without them: an unnamed statement gets a custom plan every time,
+        # for its own parameters (no stale generic plan made while a table
+        # was small), and JIT is the server's setting (README, "PgBouncer").
+        # The cost of never preparing is in docs/benchmarks.md.
+        return {**super().engine_options(), "connect_args": {"prepare_threshold": None}}
 
     def is_transient(self, error: DBAPIError) -> bool:
         code = getattr(error.orig, "sqlstate", None)
@@ -213,28 +210,69 @@ class PostgreSQLDriver(Driver):
         conn.execute(text("SELECT pg_notify(:c, :p)"), {"c": channel, "p": payload})
 
     def listen(
-        self, engine: Engine, channel: str, callback: Callable[[str | None], None], stop: threading.Event
+        self,
+        engine: Engine,
+        channel: str,
+        callback: Callable[[str | None], None],
+        stop: threading.Event,
+        url: URL | None = None,
     ) -> threading.Thread:
         # A connection of its own, outside the pool: it sits in LISTEN for the
-        # executor's lifetime, in autocommit (notifications arrive between transactions).
-        cargs, cparams = engine.dialect.create_connect_args(self.url)
+        # executor's lifetime, in autocommit (notifications arrive between
+        # transactions). ``url`` (listen_url) is a direct one when the pool's
+        # goes through a transaction pooler.
+        target = url if url is not None else self.url
+        cargs, cparams = engine.dialect.create_connect_args(target)
+        where = f"{target.host or 'localhost'}:{target.port or 5432}"
         thread = threading.Thread(
-            target=_listen, args=(cargs, cparams, channel, callback, stop), name="dbexecutor-listen", daemon=True
+            target=_listen,
+            args=(cargs, cparams, channel, callback, stop, where, url is not None),
+            name="dbexecutor-listen",
+            daemon=True,
         )
         thread.start()
         return thread
 
 
 def _listen(
-    cargs: Any, cparams: dict[str, Any], channel: str, callback: Callable[[str | None], None], stop: threading.Event
+    cargs: Any,
+    cparams: dict[str, Any],
+    channel: str,
+    callback: Callable[[str | None], None],
+    stop: threading.Event,
+    where: str = "",
+    listen_url: bool = False,
 ) -> None:
     import psycopg
     from psycopg import sql
 
     backoff = 0.1
+    warned = False
     while not stop.is_set():
         try:
             with psycopg.connect(*cargs, **cparams, autocommit=True) as pg:
+                # A pooler (PgBouncer, ...) answers the connection with a
+                # process id of its own, not the server's. In transaction
+                # pooling, LISTEN there would stay on a server connection that
+                # later serves other clients (PgBouncer drops what arrives on
+                # it meanwhile), and nothing would reach this one: poll instead.
+                # A listen_url is taken as given (a session-mode pool works).
+                server_pid = pg.execute("SELECT pg_backend_pid()").fetchone()
+                pooled = server_pid is not None and server_pid[0] != pg.info.backend_pid
+                if pooled and not listen_url:
+                    log.warning(
+                        "%s goes through a connection pooler: no LISTEN there (in transaction pooling it would "
+                        "lose the notifications), so this process polls for work and results from other "
+                        "processes every poll_interval; give listen_url (dbexecutor worker --listen-url) "
+                        "a direct URL of the server for wake-ups", where,
+                    )
+                    return
+                if pooled and not warned:
+                    warned = True
+                    log.warning(
+                        "listen_url %s goes through a connection pooler: LISTEN works there only in "
+                        "session pooling; polling every poll_interval stays as the backstop", where,
+                    )
                 pg.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                 callback(None)  # anything sent while we were not listening is unknown
                 backoff = 0.1

@@ -37,6 +37,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from .. import schema, serialization
 from ..dialects import Driver, resolve
+from ..errors import ConfigurationError
 from ..records import (
     Claimed,
     Final,
@@ -77,8 +78,20 @@ class Store:
         create: bool = True,
         pool_size: int | None = None,
         signer: serialization.Signer | None = None,
+        listen_url: Any = None,
     ) -> None:
         self.driver: Driver = resolve(url)
+        #: Where :meth:`listen` connects, if not at ``url`` (PostgreSQL): a
+        #: direct URL of the server when ``url`` goes through a transaction pooler.
+        self.listen_url: URL | None = None
+        if listen_url is not None:
+            listener = resolve(listen_url)
+            if not (self.driver.supports_notify and listener.supports_notify):
+                raise ConfigurationError(
+                    "listen_url is for PostgreSQL, whose executors LISTEN for wake-ups: a postgresql:// URL of "
+                    "the same database, reached directly, when the database URL goes through a pooler such as PgBouncer"
+                )
+            self.listen_url = listener.url
         self.prefix = schema.validate_prefix(prefix)
         self.tables = schema.make_tables(prefix, partial_indexes=self.driver.supports_partial_indexes)
         self._db = Database(self.driver, pool_size=pool_size)
@@ -161,7 +174,7 @@ class Store:
         """Call ``callback`` for each notification on this store's channel; None where the database has none."""
         if not self.driver.supports_notify:
             return None
-        return self.driver.listen(self.engine, self.ctx.channel, callback, stop)
+        return self.driver.listen(self.engine, self.ctx.channel, callback, stop, self.listen_url)
 
     # -- groups ---------------------------------------------------------------------------------------
 
