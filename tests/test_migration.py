@@ -33,6 +33,7 @@ def _downgrade_to_v2(db: Any) -> None:
                 conn.exec_driver_sql(f"ALTER TABLE {quote(store.tables.jobs.name)} DROP COLUMN {quote(name)}")
             meta = store.tables.meta
             conn.execute(update(meta).where(meta.c.name == "schema_version").values(value="2"))
+        store.tables.executors.drop(store.engine)  # version 4's table
     finally:
         store.close()
 
@@ -103,6 +104,8 @@ def test_a_version_2_database_is_upgraded_and_its_jobs_run(db):
             ).scalar_one()
         assert set(_NEW_COLUMNS) <= columns
         assert version == str(schema.SCHEMA_VERSION)
+        with upgraded.engine.connect() as conn:
+            assert inspect(conn).has_table(upgraded.tables.executors.name)
         assert db.row(victim).failed_upstream == failed  # read from the error text, once
         assert db.row(consumer).arg_refs is None  # not recorded: its executor passes every upstream result
 

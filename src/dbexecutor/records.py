@@ -31,6 +31,8 @@ __all__ = [
     "Edge",
     "AttemptRecord",
     "JobDetail",
+    "Registration",
+    "ExecutorInfo",
     "format_refs",
     "parse_refs",
 ]
@@ -282,3 +284,49 @@ class JobDetail:
     depends_on: list[Edge]
     dependents: list[Edge]
     attempts: list[AttemptRecord]
+
+
+# -- the registry of executors ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Registration:
+    """What an executor, worker or submit-only process says about itself when it registers."""
+
+    name: str  # host:pid:token, the lease_owner of the jobs it holds
+    kind: str  # executor, worker, submitter
+    host: str
+    pid: int
+    pid_started: float | None
+    version: str
+    slots: int
+    wake: str | None = None  # host:port where a datagram wakes it
+
+
+@dataclass(frozen=True)
+class ExecutorInfo:
+    """A registered executor as ``dbexecutor workers`` shows it.
+
+    ``alive``: it beats, has not stopped, and (on the machine asking) its
+    process exists. ``rescue_in``: for a dead one that still holds jobs,
+    seconds until they are put back to ready (0: at the next look).
+    """
+
+    name: str
+    kind: str
+    host: str
+    pid: int
+    version: str
+    slots: int
+    started_at: float
+    last_beat: float
+    stopped_at: float | None
+    running: int
+    alive: bool
+    age: float
+    since_beat: float
+    rescue_in: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict."""
+        return asdict(self)

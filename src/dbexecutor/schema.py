@@ -40,9 +40,10 @@ from sqlalchemy import (
 
 from .dialects.types import JOBS_OPTIONS, TABLE_OPTIONS, Blob, Id, LongText, partial
 
-#: Version 3 added ``arg_refs``, ``failed_upstream`` and ``retry_delay`` to ``jobs``
-#: (``dbexecutor.store`` upgrades version 2 tables in place when it opens them).
-SCHEMA_VERSION = 3
+#: Version 3 added ``arg_refs``, ``failed_upstream`` and ``retry_delay`` to ``jobs``;
+#: version 4 the ``executors`` table (``dbexecutor.store.migrations`` upgrades
+#: tables of version 2 and later in place when it opens them).
+SCHEMA_VERSION = 4
 
 # The states live in their own module (no database code) and are re-exported here.
 from .states import (  # noqa: E402
@@ -90,6 +91,7 @@ class Tables:
     attempts: Table
     groups: Table
     meta: Table
+    executors: Table
 
 
 def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
@@ -195,4 +197,26 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         Column("value", String(255), nullable=False),
         **opts,
     )
-    return Tables(md, jobs, deps, attempts, groups, meta)
+    # One row per executor, standalone worker or submit-only process: who it is,
+    # where, and whether it is alive. Its jobs' lease_owner is its name.
+    executors = Table(
+        f"{prefix}executors",
+        md,
+        Column("id", _Id, primary_key=True, autoincrement=True),
+        Column("name", String(255), nullable=False),  # host:pid:token; the lease_owner of its jobs
+        Column("kind", String(16), nullable=False),  # executor, worker, submitter
+        Column("host", String(255), nullable=False),
+        Column("pid", Integer, nullable=False),
+        Column("pid_started", Double, nullable=True),  # the process's start time on its host: tells a reused pid
+        Column("version", String(32), nullable=False),
+        Column("slots", Integer, nullable=False),  # child processes it may run (0: submits only)
+        Column("wake", String(255), nullable=True),  # where a datagram wakes it (host:port), if anywhere
+        Column("started_at", Double, nullable=False),
+        Column("last_beat", Double, nullable=False),
+        Column("expires", Double, nullable=False),  # dead once the server's clock passes this without a beat
+        Column("stopped_at", Double, nullable=True),  # set when it stopped, or was found dead
+        UniqueConstraint("name", name=f"{prefix}uq_executors_name"),
+        Index(f"{prefix}ix_executors_host", "host"),
+        **opts,
+    )
+    return Tables(md, jobs, deps, attempts, groups, meta, executors)

@@ -74,6 +74,8 @@ class Driver:
     max_payload: int | None = None
     #: Data per multi-row statement (see :func:`packets`).
     packet_bytes: int = PACKET_BYTES
+    #: Every process on this database shares one machine's wall clock (SQLite): no server clock to ask.
+    shares_host_clock: ClassVar[bool] = False
     #: What ``EXPLAIN`` is spelled as here.
     explain_prefix: ClassVar[str] = "EXPLAIN "
 
@@ -113,6 +115,10 @@ class Driver:
             reason = reason.replace(url.password, "***")
         masked = url.render_as_string(hide_password=True)
         return DatabaseUnavailable(f"cannot connect to {self.label} at {where} ({masked}): {reason}")
+
+    def server_time(self, conn: Connection) -> float:
+        """The server's clock now, as epoch seconds (one round trip)."""
+        raise NotImplementedError(self.label)
 
     # -- schema -----------------------------------------------------------------------------------
 

@@ -67,6 +67,10 @@ class MySQLDriver(Driver):
             self.max_payload = max(1, packet - (64 << 10))  # room for the rest of the row and the statement
             self.packet_bytes = min(PACKET_BYTES, packet // 4)
 
+    def server_time(self, conn: Connection) -> float:
+        # SYSDATE(6), not NOW(6): NOW() is the statement's start, and SYSDATE the moment it is read.
+        return float(conn.exec_driver_sql("SELECT UNIX_TIMESTAMP(SYSDATE(6))").scalar_one())
+
     def is_transient(self, error: DBAPIError) -> bool:
         args = getattr(error.orig, "args", ())
         code = args[0] if args and isinstance(args[0], int) else None

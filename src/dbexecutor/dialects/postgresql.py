@@ -70,6 +70,10 @@ class PostgreSQLDriver(Driver):
         # The cost of never preparing is in docs/benchmarks.md.
         return {**super().engine_options(), "connect_args": {"prepare_threshold": None}}
 
+    def server_time(self, conn: Connection) -> float:
+        # clock_timestamp(), not now(): now() is the transaction's start.
+        return float(conn.exec_driver_sql("SELECT EXTRACT(EPOCH FROM clock_timestamp())").scalar_one())
+
     def is_transient(self, error: DBAPIError) -> bool:
         code = getattr(error.orig, "sqlstate", None)
         if code is None:

@@ -36,6 +36,7 @@ class SQLiteDriver(Driver):
     """SQLite through the standard library's ``sqlite3``: WAL, a busy timeout, ``BEGIN IMMEDIATE`` for writes."""
 
     label = "SQLite"
+    shares_host_clock = True
     explain_prefix = "EXPLAIN QUERY PLAN "
 
     def __init__(self, url: URL) -> None:
@@ -57,6 +58,10 @@ class SQLiteDriver(Driver):
             # Children may start in another working directory (a forkserver
             # keeps the one it started in): pin the file now.
             self.url = url.set(database=os.path.abspath(db))
+
+    def server_time(self, conn: Connection) -> float:
+        # The "server" is this machine: every process on the file reads its wall clock.
+        return time.time()
 
     def database_missing(self) -> bool:
         db = self.url.database or ""

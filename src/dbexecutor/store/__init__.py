@@ -40,17 +40,21 @@ from ..dialects import Driver, resolve
 from ..errors import ConfigurationError
 from ..records import (
     Claimed,
+    ExecutorInfo,
     Final,
     Finished,
     GroupInfo,
     JobDetail,
     JobSummary,
     NewJob,
+    Registration,
     Report,
     StatusReport,
     Submitted,
 )
-from . import admin, claim, dag, finish, leases, migrations, reads, submit
+from .. import hosts
+from . import admin, claim, dag, finish, fleet, leases, migrations, reads, submit
+from .clock import Clock
 from .context import Context
 from .database import Database, masked_url
 from .migrations import SchemaReport
@@ -101,7 +105,9 @@ class Store:
             sql=Statements(self.tables, self.driver),
             signer=signer or serialization.UNSIGNED,
             prefix=self.prefix,
+            clock=Clock(local=self.driver.shares_host_clock),
         )
+        self.sync_clock()
         #: What opening the tables did (None with ``create=False``).
         self.schema_report: SchemaReport | None = self.ensure_schema() if create else None
         # Once: every future carries it, and rendering the URL per submit shows up.
@@ -138,6 +144,27 @@ class Store:
     def close(self) -> None:
         """Close every pooled connection."""
         self._db.close()
+
+    # -- the clock ------------------------------------------------------------------------------------
+
+    @property
+    def clock(self) -> Clock:
+        """The database server's clock (see :mod:`dbexecutor.store.clock`)."""
+        return self.ctx.clock
+
+    def now(self) -> float:
+        """The database server's time now, as epoch seconds (no round trip)."""
+        return self.ctx.clock.now()
+
+    def sync_clock(self, *, force: bool = True) -> None:
+        """Measure the server clock's offset again (a few round trips); with ``force=False`` only when it is due."""
+        clock = self.ctx.clock
+        if clock.local or not (force or clock.due):
+            return
+        with self.engine.connect() as conn:
+            # Autocommit: each reading is one round trip, with no transaction around it.
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            clock.sync(lambda: self.driver.server_time(conn))
 
     def retry_later(self, error: DBAPIError) -> bool:
         """Whether ``error`` is the database's state (down, busy, restarting) rather than a refused row."""
@@ -356,6 +383,53 @@ class Store:
     def release_running(self, held: Sequence[tuple[int, int, float | None]], worker: str, now: float, why: str) -> list[int]:
         """Put jobs a stopping worker still holds back to ``ready``; ids released (see :func:`leases.release_held`)."""
         return self._txn(lambda conn: leases.release_held(self.ctx, conn, held, worker, now, why))  # type: ignore[no-any-return]
+
+    # -- the registry of executors --------------------------------------------------------------------
+
+    def register(self, reg: Registration, ttl: float) -> None:
+        """Register an executor, worker or submit-only process (alive for ``ttl`` unless it beats)."""
+        self._txn(lambda conn: fleet.register(self.ctx, conn, reg, ttl, self.now()))
+
+    def beat(
+        self, reg: Registration, held: Sequence[tuple[int, int]], started: AbstractSet[int], ttl: float
+    ) -> set[int]:
+        """One heartbeat of an executor: its registration and the leases of all its jobs, in one transaction.
+
+        ``held``/``started`` as in :meth:`renew_leases`; returns the ids whose
+        lease is gone. A registration that was forgotten meanwhile is made again.
+        """
+
+        def work(conn: Connection) -> set[int]:
+            now = self.now()
+            if not fleet.beat(self.ctx, conn, reg.name, ttl, now):
+                fleet.register(self.ctx, conn, reg, ttl, now)
+            return leases.renew(self.ctx, conn, held, started, ttl, now) if held else set()
+
+        return self._txn(work, tries=3)  # type: ignore[no-any-return]
+
+    def unregister(self, name: str) -> None:
+        """The executor ``name`` stopped (its row stays a while, for ``dbexecutor workers``)."""
+        self._txn(lambda conn: fleet.stop(self.ctx, conn, name, self.now()))
+
+    def executors(self) -> list[ExecutorInfo]:
+        """Every registered executor, newest first, alive or dead, with the jobs it holds."""
+        return self._txn(  # type: ignore[no-any-return]
+            lambda conn: fleet.listed(self.ctx, conn, self.now(), hosts.hostname(), hosts.process_alive), read_only=True
+        )
+
+    def rescue_dead_here(self) -> dict[str, list[int]]:
+        """Rescue the jobs of executors on this machine whose process is gone: ``{name: job ids}``."""
+        return self._txn(  # type: ignore[no-any-return]
+            lambda conn: fleet.rescue_here(self.ctx, conn, hosts.hostname(), hosts.process_alive, self.now())
+        )
+
+    def forget_dead(self, keep: float) -> int:
+        """Delete registrations dead for longer than ``keep`` seconds that hold no job; how many."""
+        return self._txn(lambda conn: fleet.forget(self.ctx, conn, self.now() - keep))  # type: ignore[no-any-return]
+
+    def wake_addresses(self) -> dict[str, str]:
+        """``{name: host:port}`` of every live executor that a datagram wakes."""
+        return self._txn(lambda conn: fleet.wake_addresses(self.ctx, conn, self.now()), read_only=True)  # type: ignore[no-any-return]
 
     # -- cancel and retry -----------------------------------------------------------------------------
 

@@ -17,7 +17,6 @@ for each other.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from sqlalchemy import Connection
@@ -45,7 +44,7 @@ def claim(ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, no
         running = {name: int(n) for name, n in conn.execute(ctx.sql.running_per_group, {"p_groups": limited}).all()}
     # Taken after the locks and the counts: a job claimed here starts after
     # every job whose end these counts saw (the rows prove limits).
-    now = max(now, time.time())
+    now = max(now, ctx.clock.now())
     groups = [GroupState(r.name, r.weight, r.vtime, r.max_running, running.get(r.name, 0)) for r in rows]
     if len(groups) == 1:
         # One runnable group: priority, then age; no virtual time moves.

@@ -11,6 +11,7 @@ from sqlalchemy import Connection
 
 from .. import schema, serialization
 from ..dialects import Driver
+from .clock import Clock
 from .sql import Statements
 
 __all__ = ["Context", "NOTIFY_IDS", "IN_CHUNK", "chunks"]
@@ -35,6 +36,8 @@ class Context:
     sql: Statements
     signer: serialization.Signer
     prefix: str
+    #: The database server's time (every comparison of times written by different processes uses it).
+    clock: Clock
     #: Where this store's notifications go (PostgreSQL); one channel per table prefix.
     channel: str = ""
     #: Names this store's notifications, so a listener can skip its own.

@@ -52,8 +52,13 @@ def _v3(ctx: Context, conn: Connection) -> None:
         conn.execute(update(j).where(j.c.id == bindparam("p_id")).values(failed_upstream=bindparam("p_up")), found)
 
 
+def _v4(ctx: Context, conn: Connection) -> None:
+    """Version 4: the ``executors`` table (the registry of executors and workers)."""
+    ctx.tables.executors.create(conn, checkfirst=True)
+
+
 #: version -> the step that brings the tables of the version before it up to it.
-STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3}
+STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4}
 
 
 def ensure_schema(ctx: Context, conn: Connection) -> SchemaReport:
