@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import pickletools
-import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -40,6 +39,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 from . import schema, serialization
 from .errors import ConfigurationError, DatabaseUnavailable, PayloadRejected, SchemaVersionError
 from .dialects import resolve
+from .durations import parse_duration
 from .store import Store, masked_url
 
 __all__ = ["main", "parse_duration", "EXIT_CODES"]
@@ -60,8 +60,6 @@ EXIT_CODES = {
 }
 
 URL_ENV = "DBEXECUTOR_URL"
-_DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(w|d|h|m|s|)", re.IGNORECASE)
-_UNITS = {"w": 604800.0, "d": 86400.0, "h": 3600.0, "m": 60.0, "s": 1.0, "": 1.0}
 
 
 class UsageError(Exception):
@@ -74,15 +72,6 @@ class _Failure(Exception):
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status = status
-
-
-def parse_duration(text: str) -> float:
-    """Seconds in ``7d``, ``12h``, ``1h30m``, ``90s``, ``2w`` or a plain number of seconds."""
-    compact = text.strip().replace(" ", "")
-    parts = _DURATION_RE.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 7d, 12h, 30m, 90s or 1h30m)")
-    return sum(float(n) * _UNITS[u.lower()] for n, u in parts)
 
 
 # -- formatting -------------------------------------------------------------------

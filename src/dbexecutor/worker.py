@@ -29,7 +29,7 @@ import threading
 import time
 from types import FrameType
 
-from .cli import parse_duration
+from .durations import parse_duration
 from .executor import DBExecutor
 from .store import masked_url
 
