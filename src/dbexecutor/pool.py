@@ -24,6 +24,8 @@ from .child import child_main
 
 __all__ = ["Assignment", "Child", "start_child", "kill_tree", "describe_exit", "default_context"]
 
+_GONE_POLL = 0.01  # seconds between looks while a killed tree exits
+
 
 def default_context() -> BaseContext:
     """``forkserver`` where available, else ``spawn``: the parent has threads, so plain fork is unsafe."""
@@ -118,13 +120,32 @@ def kill_tree(pid: int, grace: float = 1.0) -> None:
             proc.terminate()
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=grace)
+    alive = _wait_gone(procs, grace)
     for proc in alive:
         try:
             proc.kill()
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(alive, timeout=grace)
+    _wait_gone(alive, grace)
+
+
+def _gone(proc: psutil.Process) -> bool:
+    # A zombie has ended; only its parent can reap it, and an orphaned
+    # grandchild's new parent may never do so (a container's init, say).
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until every process has ended (or is a zombie); return those still alive after ``timeout``."""
+    end = time.monotonic() + timeout
+    alive = [p for p in procs if not _gone(p)]
+    while alive and time.monotonic() < end:
+        time.sleep(_GONE_POLL)
+        alive = [p for p in alive if not _gone(p)]
+    return alive
 
 
 def describe_exit(exitcode: int | None) -> str:
