@@ -47,6 +47,18 @@ def test_a_short_map_is_written_and_claimed_by_one_transaction(db):
     assert sum(r for _, r in ticks) == 200
 
 
+def test_short_jobs_are_prefetched_and_their_results_recorded_in_few_transactions(db):
+    ex = db.executor(2)
+    _warm(ex)
+    assert scheduler_of(ex).pace.depth() >= 2  # recent jobs are short: each child holds several
+    ticks = _record_ticks(ex)
+    n = 400
+    assert list(ex.map(jobs.identity, range(n))) == list(range(n))
+    recorded = [r for _, r in ticks if r]
+    assert sum(recorded) == n
+    assert len(recorded) < n / 2, recorded  # many results per transaction, not one each
+
+
 def _pin_linger(ex: DBExecutor) -> None:
     # As if a transaction took 30 s, and a tick may wait that long: wait for any short job.
     pace = scheduler_of(ex).pace
