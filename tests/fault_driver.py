@@ -10,7 +10,10 @@ Usage: ``python fault_driver.py MODE URL OPTIONS_JSON [ARGS...]`` where MODE is
   print ``submitted``, and wait to be killed;
 - ``keys RECORD_PATH CRASH_AFTER``: submit 20 keyed jobs that append to
   RECORD_PATH; with CRASH_AFTER > 0, ``os._exit`` once that many are done,
-  else wait for all of them and exit 0.
+  else wait for all of them and exit 0;
+- ``hold N GATE STARTED_DIR``: run N jobs at once, each noting its start in
+  STARTED_DIR and waiting for the file GATE; exit 0 once all are done (the
+  test counts this process tree's database connections meanwhile).
 
 The module is imported by the tests too (for :func:`build_dag` and
 :func:`expected_values`), and by the forkserver as ``__mp_main__``: the work
@@ -119,6 +122,18 @@ def _submitted(url: str, options: dict, n: int, flush: bool) -> int:
     return 0
 
 
+def _hold(url: str, options: dict, n: int, gate: str, started_dir: str) -> int:
+    import jobs
+    from dbexecutor import DBExecutor
+
+    ex = DBExecutor(url, **options)
+    futs = [ex.submit(jobs.hold_until, gate, started_dir, i) for i in range(n)]
+    got = [f.result(timeout=240) for f in futs]
+    ex.shutdown()
+    print(f"held {got}", flush=True)
+    return 0 if got == list(range(n)) else 1
+
+
 def main(argv: list[str]) -> int:
     mode, url, options = argv[0], argv[1], json.loads(argv[2])
     rest = argv[3:]
@@ -130,6 +145,8 @@ def main(argv: list[str]) -> int:
         return _submitted(url, options, int(rest[0]), rest[1] == "1")
     if mode == "keys":
         return _keys(url, options, rest[0], int(rest[1]))
+    if mode == "hold":
+        return _hold(url, options, int(rest[0]), rest[1], rest[2])
     raise SystemExit(f"unknown mode {mode!r}")
 
 

@@ -216,3 +216,50 @@ def fault_record_then_sleep(path: str, item: Any, seconds: float) -> Any:
     record(path, item)
     time.sleep(seconds)
     return item
+
+
+# -- added for the process-side tests (children that never touch the database) --
+
+
+def modules_seen(*_: Any) -> tuple[bool, list[str]]:
+    """Whether SQLAlchemy is imported in this child, and which dbexecutor modules are."""
+    import sys
+
+    return "sqlalchemy" in sys.modules, sorted(m for m in sys.modules if m.split(".")[0] == "dbexecutor")
+
+
+def total_here(*xs: Any, **kw: Any) -> tuple[Any, bool]:
+    """``total(*xs, **kw)`` and whether SQLAlchemy is imported in the child that computed it."""
+    import sys
+
+    return total(*xs, **kw), "sqlalchemy" in sys.modules
+
+
+_STUBBORN = """
+import signal, sys, time
+def noted(signum, frame):
+    with open(sys.argv[1], "a") as f:
+        f.write(repr(time.time()) + "\\n")
+signal.signal(signal.SIGTERM, noted)
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def fault_spawn_stubborn(pid_path: str, term_path: str, seconds: float = 10_000.0) -> None:
+    """Start a subprocess that ignores SIGTERM (noting when it came in ``term_path``); write "own_pid its_pid"; sleep."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", _STUBBORN, term_path], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    _write_atomically(pid_path, f"{os.getpid()} {proc.pid}")
+    time.sleep(seconds)
+
+
+def hold_until(gate: str, started_dir: str, i: int) -> int:
+    """Note that job ``i`` started (a file in ``started_dir``), then wait for ``gate`` to exist."""
+    _write_atomically(os.path.join(started_dir, f"started-{i}"), str(os.getpid()))
+    wait_for_file(gate, None, 120.0)
+    return i

@@ -282,6 +282,67 @@ def test_timeout_kills_the_whole_process_tree(db, tmp_path):
     assert [(a, o) for _, a, o in _attempts(db, fut.job_id)] == [(1, "timeout")]
 
 
+def test_a_timed_out_job_with_a_subprocess_fails_promptly(db, tmp_path):
+    # The subprocess is orphaned when its parent dies and nothing may ever
+    # reap it: a zombie has ended all the same, and the kill does not wait for it.
+    ex = _executor(db, 2, **LONG_LEASE)
+    _warm_up(ex, 1)
+    pid_path = str(tmp_path / "pids")
+    fut = ex.options(timeout=1).submit(jobs.fault_spawn_and_hang, pid_path, 1)
+    procs = [psutil.Process(p) for p in _read_pids(pid_path)]
+    started = time.monotonic()
+    with pytest.raises(JobTimeoutError):
+        fut.result(timeout=30)
+    elapsed = time.monotonic() - started
+    assert elapsed < 2.0, f"failed {elapsed:.1f} s after the job started, with a timeout of 1 s"
+    assert not _wait_dead(procs, 1.0), _describe(procs)
+
+
+def _stubborn(ex: DBExecutor, tmp_path, name: str) -> tuple[cf.Future, list[psutil.Process], str]:
+    """A job (timeout 1 s) whose subprocess ignores SIGTERM and notes when it came: its kill waits out the grace."""
+    pid_path, term_path = str(tmp_path / f"{name}.pids"), str(tmp_path / f"{name}.term")
+    fut = ex.options(timeout=1).submit(jobs.fault_spawn_stubborn, pid_path, term_path)
+    return fut, [psutil.Process(p) for p in _read_pids(pid_path)], term_path
+
+
+def _sigterm_at(term_path: str) -> float:
+    with open(term_path) as f:
+        (when,) = [float(x) for x in f.read().split()]
+    return when
+
+
+def test_the_loop_goes_on_while_a_timed_out_tree_is_killed(db, tmp_path):
+    ex = _executor(db, 2, **LONG_LEASE)
+    _warm_up(ex, 2)
+    fut, procs, term_path = _stubborn(ex, tmp_path, "stubborn")
+    ended: list[float] = []  # when each short job ended, in its child
+    while not fut.done():
+        ended.append(ex.submit(jobs.timed, 0.01).result(timeout=T)[1])
+    failed = time.time()
+    with pytest.raises(JobTimeoutError):
+        fut.result()
+    sigterm = _sigterm_at(term_path)
+    # Between SIGTERM and the SIGKILL a grace period later, short jobs kept being
+    # dispatched and recorded: the kill ran beside the loop, not in it.
+    assert any(sigterm < end < failed for end in ended), (sigterm, failed, ended[-5:])
+    assert not _wait_dead(procs, 1.0), _describe(procs)
+    assert [(a, o) for _, a, o in _attempts(db, fut.job_id)] == [(1, "timeout")]
+
+
+def test_two_timed_out_trees_are_killed_together(db, tmp_path):
+    ex = _executor(db, 3, **LONG_LEASE)
+    _warm_up(ex, 3)
+    first, procs_1, term_1 = _stubborn(ex, tmp_path, "first")
+    second, procs_2, term_2 = _stubborn(ex, tmp_path, "second")
+    for fut in (first, second):
+        with pytest.raises(JobTimeoutError):
+            fut.result(timeout=30)
+    # One after the other, the second SIGTERM would come a whole grace period after the first.
+    assert abs(_sigterm_at(term_1) - _sigterm_at(term_2)) < 0.5
+    assert not _wait_dead(procs_1 + procs_2, 1.0), _describe(procs_1 + procs_2)
+    assert ex.submit(jobs.add, 1, 2).result(timeout=T) == 3
+
+
 # -- 4. a frozen child loses its lease ---------------------------------------------------------------
 
 
@@ -353,6 +414,7 @@ def test_children_exit_when_the_executor_is_killed(db, tmp_path):
         _kill(proc)
     left = _wait_dead(list(procs.values()), ORPHAN_GRACE)
     assert not left, f"still alive {ORPHAN_GRACE} s after the executor was killed: {_describe(left)}"
+    assert "Traceback" not in _tail(log), _tail(log)  # the orphaned child exits quietly
     (row,) = db.jobs()
     assert row.state in ("leased", "running")  # nobody finalized it: it waits for a reclaim
 

@@ -10,6 +10,7 @@ from psycopg import sql
 
 import jobs
 from dbexecutor.dialects import resolve
+from seams import scheduler_of
 
 pytestmark = pytest.mark.databases("postgresql")
 
@@ -43,7 +44,7 @@ def test_one_notification_per_transaction(db):
         # 400 rows in one insert transaction: one notification, saying "ready".
         # map() queues its rows; holding the writer while it does, then
         # flushing, writes all 400 in one transaction.
-        with ex._scheduler._flush_lock:
+        with scheduler_of(ex).hold_writes():
             results = ex.options(group="held").map(jobs.identity, range(400))
             ex.flush()
         notes = _drain(listener)

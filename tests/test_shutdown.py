@@ -8,13 +8,13 @@ import os
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import pytest
 
 import jobs
 from dbexecutor import DBExecutor
+from seams import scheduler_of
 
 T = 60
 TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -46,7 +46,7 @@ def test_shutdown_wait_true_returns_after_all_results(db):
     assert all(f.done() for f in futs)
     assert [f.result(timeout=0) for f in futs[:-1]] == list(range(5))
     assert isinstance(futs[-1].exception(timeout=0), jobs.CustomError)
-    assert not ex._scheduler._thread.is_alive()
+    assert not scheduler_of(ex).is_alive()
 
 
 def test_shutdown_wait_false_returns_at_once_and_jobs_complete(db):
@@ -161,10 +161,10 @@ def test_cancel_running_or_finished_job_returns_false(db, tmp_path):
 
 def test_dropping_the_last_reference_shuts_down(db):
     ex = DBExecutor(db.url, 2, **db.options)
-    thread = ex._scheduler._thread
+    sched = scheduler_of(ex)  # holds no reference to the executor
     store = ex._store
     try:
-        assert thread.is_alive() and thread.name == "dbexecutor-scheduler"
+        assert sched.is_alive()
         assert ex.submit(jobs.add, 1, 2).result(timeout=T) == 3
         pending = ex.submit(jobs.sleep, 0.3, "finished anyway")
         del ex
@@ -172,9 +172,8 @@ def test_dropping_the_last_reference_shuts_down(db):
         # As with ProcessPoolExecutor, submitted work still completes...
         assert pending.result(timeout=T) == "finished anyway"
         # ... and then the scheduler thread ends.
-        thread.join(10)
-        assert not thread.is_alive(), "the scheduler thread outlived its executor"
-        assert thread not in threading.enumerate()
+        sched.join(10)
+        assert not sched.is_alive(), "the scheduler thread outlived its executor"
     finally:
         store.close()
 

@@ -14,6 +14,7 @@ import pytest
 
 import jobs
 from dbexecutor import DBExecutor
+from seams import scheduler_of
 from test_faults import _kill, _start_driver, _tail
 
 T = 60
@@ -100,7 +101,7 @@ def test_a_refused_row_fails_only_its_own_future(db, tmp_path):
         assert store.purge(time.time() + 60) == 1  # deletes the finished upstream row
     finally:
         store.close()
-    with ex._scheduler._flush_lock:  # hold the writer so that all go in one commit
+    with scheduler_of(ex).hold_writes():  # hold the writer so that all go in one commit
         before = [ex.submit(jobs.identity, 1), ex.submit(jobs.add, held, 1)]
         orphan = ex.submit(jobs.identity, 2, after=[gone])
         after = [ex.submit(jobs.add, held, 3), ex.submit(jobs.identity, 3)]
@@ -125,7 +126,7 @@ def test_shutdown_cancel_futures_leaves_no_future_pending(db):
     ex = db.executor(1)
     blocker = ex.submit(jobs.sleep, 0.5, "b")
     assert _until(blocker.running)
-    with ex._scheduler._flush_lock:  # these stay queued until after the shutdown request
+    with scheduler_of(ex).hold_writes():  # these stay queued until after the shutdown request
         futs = [ex.submit(jobs.identity, i) for i in range(20)]
         ex.shutdown(wait=False, cancel_futures=True)
     ex.shutdown(wait=True)
@@ -172,7 +173,7 @@ def test_a_burst_of_large_payloads_is_written(db):
     """Eight 3 MB payloads queued together: more than one MySQL packet (16 MB) holds, so the rows go in several statements."""
     ex = db.executor(2)
     blob = b"\x00\xff" * (3 << 19)  # 3 MB, not valid text in any encoding
-    with ex._scheduler._flush_lock:  # all eight go in one tick
+    with scheduler_of(ex).hold_writes():  # all eight go in one tick
         futs = [ex.submit(len, blob + bytes([i])) for i in range(8)]
     assert [f.result(timeout=T) for f in futs] == [len(blob) + 1] * 8
 

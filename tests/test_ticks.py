@@ -16,7 +16,7 @@ import pytest
 
 import jobs
 from dbexecutor import DBExecutor
-from dbexecutor import scheduler as scheduler_module
+from seams import scheduler_of
 
 
 def _record_ticks(ex: DBExecutor) -> list[tuple[int, int]]:
@@ -47,11 +47,28 @@ def test_a_short_map_is_written_and_claimed_by_one_transaction(db):
     assert sum(r for _, r in ticks) == 200
 
 
-def test_results_of_short_jobs_are_recorded_together(db, monkeypatch):
-    monkeypatch.setattr(scheduler_module, "_LINGER_MAX", 30.0)
+def test_short_jobs_are_prefetched_and_their_results_recorded_in_few_transactions(db):
     ex = db.executor(2)
     _warm(ex)
-    ex._scheduler._tick_cost = 30.0  # as if a transaction took 30 s: wait for any short job
+    assert scheduler_of(ex).pace.depth() >= 2  # recent jobs are short: each child holds several
+    ticks = _record_ticks(ex)
+    n = 400
+    assert list(ex.map(jobs.identity, range(n))) == list(range(n))
+    recorded = [r for _, r in ticks if r]
+    assert sum(recorded) == n
+    assert len(recorded) < n / 2, recorded  # many results per transaction, not one each
+
+
+def _pin_linger(ex: DBExecutor) -> None:
+    # As if a transaction took 30 s, and a tick may wait that long: wait for any short job.
+    pace = scheduler_of(ex).pace
+    pace.tick_cost = pace.linger_max = 30.0
+
+
+def test_results_of_short_jobs_are_recorded_together(db):
+    ex = db.executor(2)
+    _warm(ex)
+    _pin_linger(ex)
     ticks = _record_ticks(ex)
     # Nine jobs return at once and one sleeps: the nine results wait for the
     # tenth (expected short from the history), and one transaction records all.
@@ -59,11 +76,10 @@ def test_results_of_short_jobs_are_recorded_together(db, monkeypatch):
     assert [r for _, r in ticks if r] == [10], ticks
 
 
-def test_a_submit_ends_the_wait_for_running_jobs(db, monkeypatch, tmp_path):
-    monkeypatch.setattr(scheduler_module, "_LINGER_MAX", 30.0)
+def test_a_submit_ends_the_wait_for_running_jobs(db, tmp_path):
     ex = db.executor(2)
     _warm(ex)
-    ex._scheduler._tick_cost = 30.0
+    _pin_linger(ex)
     gate = str(tmp_path / "gate")  # holds the tenth job until the nine are checked
     results = ex.map(jobs.wait_if, range(10), [9] * 10, [gate] * 10)
     time.sleep(0.5)  # the nine short jobs have reported to the parent, which waits for the tenth

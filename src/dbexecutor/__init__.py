@@ -11,7 +11,9 @@
         print(c.result())
 """
 
+import importlib
 import logging
+from typing import TYPE_CHECKING, Any
 
 from .errors import (
     ConfigurationError,
@@ -24,12 +26,39 @@ from .errors import (
     SchemaVersionError,
     WorkerDied,
 )
-from .executor import Batch, DBExecutor, JobOptions, Submitter
-from .future import JobFuture
-from .records import GroupInfo, JobDetail, JobSummary, StatusReport
+from .records import ExecutorInfo, GroupInfo, JobDetail, JobSummary, StatusReport
+
+if TYPE_CHECKING:
+    from .executor import Batch, DBExecutor, JobOptions, Submitter
+    from .future import JobFuture
 
 #: The package's version; pyproject.toml reads it from here (the one place it is written).
 __version__ = "0.1.0"
+
+# A child process imports dbexecutor.child, and with it this package: the
+# executor (and SQLAlchemy with it) load only when one of these is asked for,
+# so that a child never imports them.
+_LAZY = {
+    "DBExecutor": "executor",
+    "Batch": "executor",
+    "JobOptions": "executor",
+    "Submitter": "executor",
+    "JobFuture": "future",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 # A library prints nothing unless the application configures logging.
 logging.getLogger("dbexecutor").addHandler(logging.NullHandler())
@@ -44,6 +73,7 @@ __all__ = [
     "StatusReport",
     "JobSummary",
     "JobDetail",
+    "ExecutorInfo",
     "DBExecutorError",
     "ConfigurationError",
     "DatabaseUnavailable",

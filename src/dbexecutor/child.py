@@ -2,45 +2,103 @@
 
 ::
 
-    parent ◄──("ready",)─────────────────── started, initializer done
-    parent ──(job_id, attempt, payload)──► main thread: load payload, fetch
-                                           upstream results, run fn, pickle
-           ◄──("result", ...)───────────── the outcome (never writes the row)
-                                           heartbeat thread: renew the lease
-                                           via this child's own connection;
-                                           exit if the parent's lifeline closes
+    parent ◄── Ready ─────────────────────── started, initializer done
+    parent ─── Call(job, attempt, payload, ► inbox thread: reads the pipe at once
+                    inputs) ───────────────► main thread: check and load the payload
+                                             and the upstream results it takes, run fn
+           ◄── Result ────────────────────── the outcome, signed (never writes a row)
+           ◄── Beat ──────────────────────── heartbeat thread, while a job runs;
+                                             it ends the child if the lifeline closes
 
-The parent finalizes; the child only renews the lease of the attempt it runs,
-guarded by the attempt token, so a child that lost its lease changes nothing.
+A child never opens a database connection (nor imports SQLAlchemy): the
+parent renews the lease of the attempt a child runs while that child's beats
+are fresh, and writes the outcome guarded by the attempt token. A child that
+freezes, or a job that holds the GIL, stops the beats, so the lease runs out
+as if the child had renewed it itself. When the parent dies (a pipe closes
+or breaks) the child exits quietly, taking its job's subprocesses with it.
 """
 
 from __future__ import annotations
 
-import logging
 import os
+import queue
 import threading
 import time
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
-from typing import Any, Callable
+from typing import Any, NoReturn
 
 import psutil
 
 from . import serialization
-from .store import Store
+from .messages import Beat, Call, ChildConfig, InitFailed, Ready, Result, Stop, FromChild
 
-log = logging.getLogger("dbexecutor.child")
+__all__ = ["child_main", "run_chunk"]
 
-# First renewal soon after a job starts, so that the row says "running"
-# while a long job runs; jobs shorter than this go from leased to done.
+# First beat soon after a job starts, so that the row says "running" while a
+# long job runs; jobs shorter than this go from leased to done.
 _RUNNING_MARK_DELAY = 0.1
+_PARENT_GONE = 70  # exit status of a child whose parent died
+
+
+def run_chunk(fn: Callable[..., Any], chunk: Sequence[tuple[Any, ...]]) -> list[Any]:
+    """Run ``fn`` over one ``map`` chunk (the job a chunked ``map`` stores for each chunk)."""
+    return [fn(*args) for args in chunk]
+
+
+def _die_with_parent() -> NoReturn:
+    """The parent is gone: take the job's own subprocesses down too, then exit without a traceback."""
+    try:
+        for proc in psutil.Process().children(recursive=True):
+            proc.kill()
+    except psutil.Error:
+        pass
+    os._exit(_PARENT_GONE)
+
+
+class _Link(threading.Thread):
+    """The child's end of its pipe: two threads send on it, one reads it, and a closed pipe means the parent died.
+
+    Reading happens in a thread of its own, so that the pipe towards the
+    child never fills up while a job runs: the parent, sending the next job,
+    and the child, sending a large result, can never both wait on a full
+    pipe at once.
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        super().__init__(name="dbexecutor-inbox", daemon=True)
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._inbox: queue.SimpleQueue[Call | Stop] = queue.SimpleQueue()
+
+    def send(self, msg: FromChild) -> None:
+        try:
+            with self._lock:
+                self._conn.send(msg)
+        except OSError:  # BrokenPipeError: nobody is left to read it
+            _die_with_parent()
+
+    def recv(self) -> Call | Stop:
+        """The next message from the parent (waits for it)."""
+        return self._inbox.get()
+
+    def run(self) -> None:
+        while True:
+            try:
+                msg: Call | Stop = self._conn.recv()
+            except (EOFError, OSError):
+                _die_with_parent()
+            self._inbox.put(msg)
+            if isinstance(msg, Stop):
+                return
 
 
 class _Heartbeat(threading.Thread):
-    """Renews the current job's lease; ends the whole child if the parent dies."""
+    """Beats to the parent while a job runs; ends the whole child if the parent dies."""
 
-    def __init__(self, store: Store, lifeline: Connection, interval: float, ttl: float) -> None:
+    def __init__(self, link: _Link, lifeline: Connection, interval: float) -> None:
         super().__init__(name="dbexecutor-heartbeat", daemon=True)
-        self.store, self.lifeline, self.interval, self.ttl = store, lifeline, interval, ttl
+        self.link, self.lifeline, self.interval = link, lifeline, interval
         self._lock = threading.Lock()
         self._job: tuple[int, int] | None = None
         self._next = 0.0
@@ -71,79 +129,50 @@ class _Heartbeat(threading.Thread):
                 if self._job != job or job is None:
                     continue
                 self._next = time.monotonic() + self.interval
-            try:
-                if not self.store.heartbeat(job[0], job[1], self.ttl, time.time()):
-                    log.warning("job %d attempt %d lost its lease; its result will be discarded", *job)
-            except Exception:  # the database may be restarting: keep trying at the next beat
-                log.warning("heartbeat for job %d attempt %d failed", *job, exc_info=True)
+            # A beat that crosses the job's Result is harmless: the parent
+            # matches it against the job it believes runs, and ignores it.
+            self.link.send(Beat(*job))
 
 
-def _die_with_parent() -> None:
-    """The parent is gone: take the job's own subprocesses down too, then exit."""
-    try:
-        for proc in psutil.Process().children(recursive=True):
-            proc.kill()
-    except psutil.Error:
-        pass
-    os._exit(70)
-
-
-def _run_one(store: Store, payload: bytes, job_id: int = 0) -> tuple[bool, bytes, str | None]:
-    """Run one job; return (ok, pickled result or exception, "Type: message" on failure)."""
-    signer = store.signer
+def _run_one(call: Call, signer: serialization.Signer) -> tuple[bool, bytes, str | None]:
+    """Run one job; return (ok, signed pickle of the result or exception, "Type: message" on failure)."""
     try:
         # With a secret, a payload that fails its signature raises here, before anything is unpickled.
-        fn, args, kwargs = serialization.load_payload(payload, signer, job_id)
-        refs = serialization.collect_refs(args, kwargs)
+        fn, args, kwargs = serialization.load_payload(call.payload, signer, call.job_id)
+        refs = set(serialization.collect_refs(args, kwargs))
         if refs:
-            blobs = store.results(refs)
-            missing = sorted(set(refs) - set(blobs))
+            missing = sorted(refs - call.inputs.keys())
             if missing:
                 raise RuntimeError(f"upstream job(s) {missing} have no stored result")
-            args, kwargs = serialization.resolve_refs(
-                args, kwargs, {i: serialization.load_result(b, i, signer) for i, b in blobs.items()}
-            )
+            # Each result is checked against its own job id before it is unpickled.
+            values = {i: serialization.load_result(call.inputs[i], i, signer) for i in refs}
+            args, kwargs = serialization.resolve_refs(args, kwargs, values)
         value = fn(*args, **kwargs)
-        return True, serialization.dump_result(value, job_id, signer), None
+        return True, serialization.dump_result(value, call.job_id, signer), None
     except BaseException as error:  # noqa: BLE001 - SystemExit in a job is the job's failure, as in ProcessPoolExecutor
         tb = serialization.format_remote_traceback(error)
         return False, serialization.dump_exception(error, remote_tb=tb, signer=signer), f"{type(error).__name__}: {error}"
 
 
-def child_main(
-    conn: Connection,
-    lifeline: Connection,
-    url: str,
-    prefix: str,
-    heartbeat_interval: float,
-    lease_ttl: float,
-    initializer: Callable[..., Any] | None,
-    initargs: tuple[Any, ...],
-    signer: serialization.Signer | None = None,
-) -> None:
-    """Entry point of a child process (started by the parent's pool)."""
+def child_main(conn: Connection, lifeline: Connection, config: ChildConfig) -> None:
+    """Entry point of a child process (started by :func:`dbexecutor.pool.start_child`)."""
+    link = _Link(conn)
+    link.start()
     try:
-        store = Store(url, prefix, create=False, pool_size=1, signer=signer)
-        if initializer is not None:
-            initializer(*initargs)
+        if config.initializer is not None:
+            config.initializer(*config.initargs)
     except BaseException as error:  # noqa: BLE001
-        conn.send(("init_error", f"{type(error).__name__}: {error}", serialization.format_remote_traceback(error)))
+        link.send(InitFailed(f"{type(error).__name__}: {error}", serialization.format_remote_traceback(error)))
         return
-    beat = _Heartbeat(store, lifeline, heartbeat_interval, lease_ttl)
+    beat = _Heartbeat(link, lifeline, config.heartbeat_interval)
     beat.start()
-    # From here on this child's heartbeat renews the lease of the job it runs.
-    conn.send(("ready",))
+    link.send(Ready())
     while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):
-            return  # the parent closed our pipe or died
-        if msg is None:
-            store.close()
+        call = link.recv()
+        if isinstance(call, Stop):
             return
-        job_id, attempt, payload = msg
-        beat.start_job(job_id, attempt)
+        beat.start_job(call.job_id, call.attempt)
         started = time.time()
-        ok, blob, summary = _run_one(store, payload, job_id)
+        ok, blob, summary = _run_one(call, config.signer)
         beat.end_job()
-        conn.send(("result", job_id, attempt, ok, blob, summary, started, time.time()))
+        link.send(Result(call.job_id, call.attempt, ok, blob, summary, started, time.time()))

@@ -13,7 +13,7 @@ import os
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, fields, replace
@@ -24,10 +24,11 @@ from sqlalchemy.engine import URL
 
 from . import schema, serialization
 from .durations import Duration, seconds
+from .child import run_chunk as _run_chunk  # also the name rows written before it moved refer to
 from .future import JobFuture
-from .pool import default_context
+from .pool import default_context, default_workers
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
-from .records import GroupInfo, NewJob, Submitted
+from .records import GroupInfo, NewJob
 from .store import Store
 
 __all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
@@ -37,16 +38,6 @@ T = TypeVar("T")
 
 _MAP_BATCH = 500  # rows per insert transaction in Batch.map()
 _MAP_SLICE = 256  # jobs map() hands to the scheduler at a time
-
-
-def _default_workers() -> int:
-    count = getattr(os, "process_cpu_count", os.cpu_count)()
-    return count or 1
-
-
-def _run_chunk(fn: Callable[..., Any], chunk: Sequence[tuple[Any, ...]]) -> list[Any]:
-    """Run ``fn`` over one ``map`` chunk inside a child (must be importable by name)."""
-    return [fn(*args) for args in chunk]
 
 
 def _url_needed(url: object) -> str:
@@ -265,7 +256,7 @@ class Batch(JobFuture[list[Any]]):
     """
 
     def __init__(self, executor: DBExecutor, options: JobOptions) -> None:
-        super().__init__(None, None, executor._store.identity)  # type: ignore[arg-type]
+        super().__init__(None, executor._scheduler.cancel_job, executor._store.identity)  # type: ignore[arg-type]
         self._executor = executor
         self._options = options
         #: The children's futures, in submission order.
@@ -364,7 +355,7 @@ class DBExecutor(Executor):
 
     - ``prefix``: table-name prefix, so the tables can share an application's database;
     - ``lease_ttl`` / ``heartbeat_interval``: seconds a claim lives without renewal,
-      and how often a running child renews it (default ``lease_ttl / 6``);
+      and how often a running child beats and the executor renews (default ``lease_ttl / 6``);
     - ``timeout``: seconds per attempt before the child's whole process tree is
       killed (``None``: no limit); ``retries`` and ``retry_delay``: further
       attempts after a failure, with exponential backoff and jitter;
@@ -420,7 +411,7 @@ class DBExecutor(Executor):
         if not isinstance(url, (str, URL)):
             raise TypeError(_url_needed(url))
         if max_workers is None:
-            max_workers = _default_workers()
+            max_workers = default_workers()
         elif max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
         if mp_context is None:
@@ -463,7 +454,7 @@ class DBExecutor(Executor):
             retention=keep,
             run_jobs=run_jobs,
         )
-        self._scheduler = Scheduler(self._store, self._store.url.render_as_string(hide_password=False), settings)
+        self._scheduler = Scheduler(self._store, settings)
         self._max_workers = max_workers
         self._durable_submit = durable_submit
         # Dropping the last reference shuts the executor down, as ProcessPoolExecutor does.
@@ -499,14 +490,7 @@ class DBExecutor(Executor):
         row = self._store.job(job_id)
         if row is None:
             raise KeyError(f"no job with id {job_id}")
-        final = row.state in schema.FINAL_STATES
-        with self._scheduler.lock:
-            fut = self._scheduler.track(job_id, outstanding=not final)
-        if final:
-            self._scheduler.resolve(row)
-        else:
-            self._scheduler.wake()
-        return fut
+        return self._scheduler.future_of(row)
 
     # -- groups and batches -------------------------------------------------------
 
@@ -548,12 +532,7 @@ class DBExecutor(Executor):
             submitted_by=self._submitter_id,
             batch=True,
         )
-        with self._scheduler.lock:
-            row = self._store.insert_job(job, now)
-            batch.job_id = row.job_id
-            batch._canceller = self._scheduler.cancel_job
-            self._scheduler.track(row.job_id, outstanding=row.state not in schema.FINAL_STATES, future=batch)
-        self._settle([row])
+        self._scheduler.write([job], now, futures=[batch])
 
     def futures(self) -> list[JobFuture[Any]]:
         """Futures of every unfinished job in the database, oldest first."""
@@ -711,37 +690,12 @@ class DBExecutor(Executor):
             return fut
         # A key is looked up first (it may name an existing job, whose future
         # this returns): written now, after the submits queued before it.
-        self._scheduler.flush()
-        # Inserting and registering under the scheduler's lock: the loop may
-        # claim and finish the job at once, and must find its future.
-        with self._scheduler.lock:
-            row = self._store.insert_job(job, now)
-            fut = self._scheduler.track(row.job_id, outstanding=row.state not in schema.FINAL_STATES)
-        if job.run_after is not None:
-            self._scheduler.due(job.run_after)
-        self._settle([row])
-        return fut
+        return self._scheduler.write([job], now)[0]
 
     def _submit_many(self, jobs: list[NewJob | JobFuture[Any]], now: float) -> list[JobFuture[Any]]:
         """Insert many dependency-free rows with few commits (``map``); futures in input order."""
-        self._scheduler.flush()  # ids follow submission order
-        rows = [j for j in jobs if isinstance(j, NewJob)]
-        with self._scheduler.lock:
-            inserted = self._store.insert_jobs(rows, now)
-            it = iter(inserted)
-            futures = [j if isinstance(j, JobFuture) else self._scheduler.track(next(it).job_id) for j in jobs]
-        delays = [j.run_after for j in rows if j.run_after is not None]
-        if delays:
-            self._scheduler.due(min(delays))
-        self._settle(inserted)
-        return futures
-
-    def _settle(self, rows: Sequence[Submitted]) -> None:
-        """Resolve the futures of rows that were final on arrival (a failed or cancelled upstream, a done key)."""
-        self._scheduler.settle(rows)
-        unfinished = [row.state for row in rows if row.state not in schema.FINAL_STATES]
-        if unfinished:
-            self._scheduler.wake(work=schema.READY in unfinished)
+        written = iter(self._scheduler.write([j for j in jobs if isinstance(j, NewJob)], now))
+        return [j if isinstance(j, JobFuture) else next(written) for j in jobs]
 
     # -- map ------------------------------------------------------------------
 

@@ -29,12 +29,18 @@ class JobFuture(Future[T], Generic[T]):
     been claimed or has finished.
     """
 
-    def __init__(self, job_id: int, canceller: Callable[[int], bool] | None = None, identity: Any = None) -> None:
+    def __init__(
+        self,
+        job_id: int,
+        canceller: Callable[[int], bool] | None = None,
+        identity: Any = None,
+        flusher: Callable[[], None] | None = None,
+    ) -> None:
         super().__init__()
         self._job_id: int | None = job_id
-        # Set while the job waits to be written with the next commit of
+        # Given while the job waits to be written with the next commit of
         # submits: reading ``job_id`` then writes it first.
-        self._flusher: Callable[[], None] | None = None
+        self._flusher = flusher
         self._canceller = canceller
         # Which database and prefix the job lives in: a future is a valid
         # dependency only for executors on the same tables.
@@ -87,6 +93,7 @@ class JobFuture(Future[T], Generic[T]):
 
     def _cancel_local(self) -> None:
         """Mark cancelled after the database said so; a running future gets ``CancelledError``."""
+        self._never_stored()
         with self._condition:
             state = self._state
         if state == PENDING:
@@ -108,10 +115,17 @@ class JobFuture(Future[T], Generic[T]):
             pass  # cancelled or resolved by another path first; the row is the truth either way
 
     def _set_exception_quietly(self, error: BaseException) -> None:
+        self._never_stored()
         try:
             self.set_exception(error)
         except InvalidStateError:
             pass
+
+    def _never_stored(self) -> None:
+        # Resolved before its row was written (refused, dropped at shutdown):
+        # it never will be, so reading job_id must not try to write it.
+        if self._job_id is None:
+            self._flusher = None
 
     def _apply(self, state: str, blob: bytes | None) -> None:
         """Resolve from a final row: ``done`` with its result, ``failed`` with its exception."""

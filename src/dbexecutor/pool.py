@@ -1,34 +1,50 @@
-"""Starting, watching and killing the child processes (parent side).
+"""Child processes, one at a time: start one, describe how it ended, kill its process tree.
 
 Children are plain ``multiprocessing`` processes the scheduler starts itself,
 not a wrapped ``ProcessPoolExecutor``: one dead child costs one job, never the
-pool. Each child gets a duplex pipe for jobs and results, and a one-way
-"lifeline" pipe that the parent never writes to: when the parent dies the
-lifeline closes and the child's heartbeat thread ends the child.
+pool. Each child gets a duplex pipe for messages (:mod:`dbexecutor.messages`)
+and a one-way "lifeline" pipe that the parent never writes to: when the
+parent dies the lifeline closes and the child ends itself.
+
+The policy (which child gets which job, timeouts, leases) is the
+:class:`~dbexecutor.supervisor.Supervisor`'s.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from multiprocessing.context import BaseContext
-from typing import Any, Callable
+from typing import Any
 
 import psutil
 
 from .child import child_main
+from .messages import ChildConfig
 
-__all__ = ["Assignment", "Child", "start_child", "kill_tree", "describe_exit", "default_context"]
+__all__ = [
+    "Assignment", "Child", "start_child", "kill_trees", "describe_exit", "default_context", "default_workers",
+]
+
+_GONE_POLL = 0.01  # seconds between looks while a killed tree exits
 
 
 def default_context() -> BaseContext:
     """``forkserver`` where available, else ``spawn``: the parent has threads, so plain fork is unsafe."""
     methods = multiprocessing.get_all_start_methods()
     return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+
+
+def default_workers() -> int:
+    """The number of CPUs this process may use (as ``ProcessPoolExecutor``'s default)."""
+    count = getattr(os, "process_cpu_count", os.cpu_count)()
+    return count or 1
 
 
 @dataclass(frozen=True)
@@ -40,10 +56,15 @@ class Assignment:
     timeout: float | None
     retry_delay: float  # the backoff base if this attempt fails and may be retried
 
+    @property
+    def lease(self) -> tuple[int, int]:
+        """``(job_id, attempt)``: what guards every write for this attempt."""
+        return (self.job_id, self.attempt)
+
 
 @dataclass(eq=False)
 class Child:
-    """One child process and the jobs it has been handed (the first one is running)."""
+    """One child process and the jobs it has been handed (the first one is running, once it is ready)."""
 
     process: Any  # multiprocessing.Process from the chosen context
     conn: Connection
@@ -52,26 +73,35 @@ class Child:
     started_at: float = 0.0  # wall clock when the first job in the queue started
     started_mono: float = 0.0  # the same, monotonic, for the timeout
     tasks: int = 0
-    ready: bool = False  # started, initializer done: its heartbeat covers the job it runs
+    ready: bool = False  # started, initializer done: it runs (and beats for) the head of its queue
+    heard: float = field(default_factory=time.monotonic)  # monotonic time of its last message
+    beat: tuple[int, int] | None = None  # the attempt its last beat was for
 
     @property
     def pid(self) -> int:
+        """The child's process id."""
         return int(self.process.pid)
 
     @property
     def job(self) -> Assignment | None:
-        """The job running now, if any."""
+        """The job running now (or next, while the child starts), if any."""
         return self.queue[0] if self.queue else None
 
     @property
     def busy(self) -> bool:
+        """Whether it holds a job."""
         return bool(self.queue)
+
+    @property
+    def running(self) -> Assignment | None:
+        """The job it is running now: the head of its queue, once it is ready."""
+        return self.queue[0] if self.queue and self.ready else None
 
     @property
     def deadline(self) -> float | None:
         """Monotonic time past which the running job is killed."""
-        head = self.job
-        if head is None or not head.timeout or not self.ready:
+        head = self.running
+        if head is None or not head.timeout:
             return None  # a child still starting up is not running the job yet
         return self.started_mono + head.timeout
 
@@ -79,25 +109,21 @@ class Child:
         """The child has begun the first job of its queue (it runs them in order, back to back)."""
         self.started_at, self.started_mono = time.time(), time.monotonic()
 
+    def close(self) -> None:
+        """Close the parent's ends of the pipes (the child sees EOF if it still lives)."""
+        for conn in (self.conn, self.lifeline):
+            try:
+                conn.close()
+            except OSError:
+                pass
 
-def start_child(
-    ctx: BaseContext,
-    url: str,
-    prefix: str,
-    heartbeat_interval: float,
-    lease_ttl: float,
-    initializer: Callable[..., Any] | None,
-    initargs: tuple[Any, ...],
-    signer: Any = None,
-) -> Child:
-    """Start a child process that waits for jobs on its pipe (``signer``: the executor's ``Signer``)."""
+
+def start_child(ctx: BaseContext, config: ChildConfig) -> Child:
+    """Start a child process that waits for jobs on its pipe."""
     parent_conn, child_conn = ctx.Pipe(duplex=True)
     life_r, life_w = ctx.Pipe(duplex=False)
     process = ctx.Process(  # type: ignore[attr-defined]
-        target=child_main,
-        args=(child_conn, life_r, url, prefix, heartbeat_interval, lease_ttl, initializer, initargs, signer),
-        name="dbexecutor-child",
-        daemon=True,
+        target=child_main, args=(child_conn, life_r, config), name="dbexecutor-child", daemon=True
     )
     process.start()
     # The child has its own copies now; closing ours makes EOF mean "the other side died".
@@ -106,25 +132,49 @@ def start_child(
     return Child(process, parent_conn, life_w)
 
 
-def kill_tree(pid: int, grace: float = 1.0) -> None:
-    """Terminate ``pid`` and every descendant, then kill whatever outlives ``grace`` seconds."""
-    try:
-        root = psutil.Process(pid)
-        procs = root.children(recursive=True) + [root]
-    except psutil.NoSuchProcess:
-        return
+def kill_trees(pids: Iterable[int], grace: float = 1.0) -> None:
+    """Terminate each of ``pids`` with every descendant, then kill whatever outlives ``grace`` seconds.
+
+    All trees at once: killing several costs one grace period, not one each.
+    """
+    procs: list[psutil.Process] = []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            procs += root.children(recursive=True) + [root]
+        except psutil.NoSuchProcess:
+            pass
+    _send(procs, psutil.Process.terminate)
+    alive = _wait_gone(procs, grace)
+    _send(alive, psutil.Process.kill)
+    _wait_gone(alive, grace)
+
+
+def _send(procs: list[psutil.Process], how: Any) -> None:
     for proc in procs:
         try:
-            proc.terminate()
+            how(proc)
         except psutil.NoSuchProcess:
             pass
-    _, alive = psutil.wait_procs(procs, timeout=grace)
-    for proc in alive:
-        try:
-            proc.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=grace)
+
+
+def _gone(proc: psutil.Process) -> bool:
+    # A zombie has ended; only its parent can reap it, and an orphaned
+    # grandchild's new parent may never do so (a container's init, say).
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return True
+
+
+def _wait_gone(procs: list[psutil.Process], timeout: float) -> list[psutil.Process]:
+    """Wait until every process has ended (or is a zombie); return those still alive after ``timeout``."""
+    end = time.monotonic() + timeout
+    alive = [p for p in procs if not _gone(p)]
+    while alive and time.monotonic() < end:
+        time.sleep(_GONE_POLL)
+        alive = [p for p in alive if not _gone(p)]
+    return alive
 
 
 def describe_exit(exitcode: int | None) -> str:

@@ -1,8 +1,8 @@
 """``dbexecutor worker``: run jobs from a database with no submitting executor.
 
-A worker is a :class:`~dbexecutor.DBExecutor` that never submits: its
-scheduler claims whatever is ready, so every machine with the same code and
-URL adds capacity. Functions are unpickled by reference (``module.name``), so
+A worker is a :class:`~dbexecutor.scheduler.Scheduler` with no executor in
+front of it: it claims whatever is ready, so every machine with the same code
+and URL adds capacity. Functions are unpickled by reference (``module.name``), so
 they must be importable here (``--path`` or ``PYTHONPATH``).
 
 Stopping (SIGTERM or SIGINT)::
@@ -29,10 +29,12 @@ import threading
 import time
 from types import FrameType
 
+from . import serialization
 from .dialects import resolve
 from .durations import parse_duration
-from .executor import DBExecutor
-from .store import masked_url
+from .pool import default_context, default_workers
+from .scheduler import Scheduler, Settings
+from .store import Store, masked_url
 
 __all__ = ["add_arguments", "run_worker"]
 
@@ -45,15 +47,32 @@ _EXIT_USAGE = 2
 _EXIT_NO_DATABASE = 4
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_duration(text: str) -> float:
+    value = parse_duration(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be longer than 0 s, got {text!r}")
+    return value
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     """The ``worker`` command's own options."""
-    p.add_argument("--max-workers", type=int, default=None, help="child processes (default: the CPU count)")
+    p.add_argument("--max-workers", type=_positive_int, default=None, help="child processes (default: the CPU count)")
     p.add_argument("--grace", type=parse_duration, default=30.0,
                    help="on SIGTERM/SIGINT, seconds running jobs get to finish before they are killed and put back (default 30)")
-    p.add_argument("--lease-ttl", type=parse_duration, default=30.0, help="seconds a lease lives without a heartbeat")
-    p.add_argument("--poll-interval", type=parse_duration, default=0.2, help="seconds between looks for ready work")
-    p.add_argument("--timeout", type=parse_duration, default=None, help="default per-attempt timeout of jobs without one")
-    p.add_argument("--retention", type=parse_duration, default=None, help="delete finished jobs older than this (e.g. 7d)")
+    p.add_argument("--lease-ttl", type=_positive_duration, default=30.0, help="seconds a lease lives without a heartbeat")
+    p.add_argument("--poll-interval", type=_positive_duration, default=0.2, help="seconds between looks for ready work")
+    p.add_argument("--timeout", type=_positive_duration, default=None, help="default per-attempt timeout of jobs without one")
+    p.add_argument("--retention", type=_positive_duration, default=None, help="delete finished jobs older than this (e.g. 7d)")
     p.add_argument("--listen-url", default=os.environ.get("DBEXECUTOR_LISTEN_URL") or None, metavar="URL",
                    help="PostgreSQL behind a transaction pooler (PgBouncer): a direct URL of the server for the LISTEN "
                         "connection (default $DBEXECUTOR_LISTEN_URL; without it, such a worker polls)")
@@ -114,28 +133,30 @@ def run_worker(args: argparse.Namespace) -> int:
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
-        ex = _executor(args)
-        sched = ex._scheduler
+        store = Store(  # secret None: $DBEXECUTOR_SECRET
+            args.url, args.prefix, signer=serialization.Signer.from_env(args.secret), listen_url=args.listen_url
+        )
+        sched = Scheduler(store, _settings(args))
         log.warning(
             "worker %s serving %s prefix %r with up to %d children%s%s",
-            sched.owner, masked_url(ex._store.url), args.prefix, ex._max_workers,
-            ", payloads must be signed" if ex._store.signer.enabled else "",
-            f", listening at {masked_url(ex._store.listen_url)}" if ex._store.listen_url is not None else "",
+            sched.owner, masked_url(store.url), args.prefix, sched.s.max_workers,
+            ", payloads must be signed" if store.signer.enabled else "",
+            f", listening at {masked_url(store.listen_url)}" if store.listen_url is not None else "",
         )
         while not stop.wait(0.2):
-            if not sched._thread.is_alive():
+            if not sched.is_alive():
                 log.error("the scheduler stopped: %s", sched.broken or "see the log above")
                 return 1
         log.warning("stopping: no new jobs; running jobs get %g s to finish", args.grace)
         sched.request_shutdown()
         deadline = time.monotonic() + args.grace
-        while sched._thread.is_alive() and time.monotonic() < deadline and not hard.is_set():
+        while sched.is_alive() and time.monotonic() < deadline and not hard.is_set():
             sched.join(min(0.1, max(0.0, deadline - time.monotonic())))
-        if sched._thread.is_alive():
+        if sched.is_alive():
             log.warning("grace period over: killing running jobs and putting them back to ready")
             sched.stop_now()
             sched.join()
-        ex._store.close()
+        store.close()
         log.warning("worker %s stopped", sched.owner)
         return 0 if sched.broken is None else 1
     finally:
@@ -143,15 +164,18 @@ def run_worker(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
 
 
-def _executor(args: argparse.Namespace) -> DBExecutor:
-    return DBExecutor(
-        args.url,
-        args.max_workers,
-        prefix=args.prefix,
+def _settings(args: argparse.Namespace) -> Settings:
+    """The scheduler's settings from the command line (job options as a DBExecutor's defaults)."""
+    return Settings(
+        max_workers=args.max_workers or default_workers(),
+        mp_context=default_context(),
+        initializer=None,
+        initargs=(),
+        max_tasks_per_child=None,
         lease_ttl=args.lease_ttl,
-        poll_interval=args.poll_interval,
+        heartbeat_interval=args.lease_ttl / 6,
         timeout=args.timeout,
+        retry_delay=1.0,
+        poll_interval=args.poll_interval,
         retention=args.retention,
-        secret=args.secret,  # None: $DBEXECUTOR_SECRET
-        listen_url=args.listen_url,
     )

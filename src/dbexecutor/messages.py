@@ -1,0 +1,103 @@
+"""What crosses the pipe between the scheduler and a child process.
+
+::
+
+    scheduler thread (parent)                                child process
+    ─────────────────────────                                ─────────────
+    start_child(ChildConfig) ──────────────────────────────► initializer
+                             ◄─────────── Ready | InitFailed
+    Call(job_id, attempt, payload, inputs) ────────────────► main thread: run it
+                             ◄──────────── Beat(job_id, attempt)   heartbeat thread,
+                                                                   while the job runs
+                             ◄──────────── Result(...)             the outcome
+    Stop ──────────────────────────────────────────────────► exit
+
+A child never touches the database: the results a job takes as arguments
+travel inside its :class:`Call`, still signed, and the child checks them; its
+beats go to the parent, which renews the leases of all its children in one
+statement and writes every outcome. The blobs are passed through unopened,
+so the parent never unpickles a payload or a result on a child's behalf.
+
+Every message is a ``NamedTuple``: named at both ends, and as cheap to pickle
+as the bare tuple it replaces (prefetched short jobs send many of them).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Union
+
+from .serialization import Signer
+
+__all__ = ["ChildConfig", "Call", "Stop", "Ready", "InitFailed", "Beat", "Result", "ToChild", "FromChild"]
+
+
+class ChildConfig(NamedTuple):
+    """Everything a child is started with (the process's only arguments besides its pipes)."""
+
+    heartbeat_interval: float  # seconds between beats while a job runs
+    initializer: Callable[..., Any] | None
+    initargs: tuple[Any, ...]
+    signer: Signer  # checks payloads and upstream results, signs results and exceptions
+
+
+# -- parent → child ---------------------------------------------------------------
+
+
+class Call(NamedTuple):
+    """Run one job: ``attempt`` is its lease token, ``payload`` the signed pickle of the call.
+
+    ``inputs`` maps upstream job ids to their stored (signed) result pickles:
+    the ones the payload's ``JobRef`` arguments name, or, for a row that did
+    not record them, every done upstream's.
+    """
+
+    job_id: int
+    attempt: int
+    payload: bytes
+    inputs: dict[int, bytes]
+
+
+class Stop(NamedTuple):
+    """Finish: the child exits once it reads this (it runs one job at a time, so it is idle then)."""
+
+
+# -- child → parent -----------------------------------------------------------------
+
+
+class Ready(NamedTuple):
+    """The child started and its initializer returned: from now on it beats for the job it runs."""
+
+
+class InitFailed(NamedTuple):
+    """The initializer raised: ``error`` is ``Type: message``, ``traceback`` the child's formatted traceback."""
+
+    error: str
+    traceback: str
+
+
+class Beat(NamedTuple):
+    """The child is alive and still running this attempt (first ~0.1 s after it starts, then every interval)."""
+
+    job_id: int
+    attempt: int
+
+
+class Result(NamedTuple):
+    """How one attempt ended in the child; the parent writes it to the row.
+
+    ``blob`` is the signed pickle of the return value (``ok``) or of the
+    exception; ``error`` is ``Type: message`` on failure; ``started`` and
+    ``ended`` are the child's wall-clock times.
+    """
+
+    job_id: int
+    attempt: int
+    ok: bool
+    blob: bytes
+    error: str | None
+    started: float
+    ended: float
+
+
+ToChild = Union[Call, Stop]
+FromChild = Union[Ready, InitFailed, Beat, Result]

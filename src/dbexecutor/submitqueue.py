@@ -1,0 +1,146 @@
+"""Submits not yet written, and the one writer of them at a time.
+
+::
+
+    submit() ──put()──► queue ──take()──► the loop's next tick: one transaction
+        │                 │                 inserts them, records results, claims
+        │                 └──flush()──────► the caller's thread, now (flush(),
+        └── JobFuture (no id yet)           job_id, durable_submit=True)
+
+One writer at a time, so ids follow submission order. A burst of submits
+costs one commit, and a job submitted to an idle executor starts after a
+single commit. Until it is written a job exists only in this process.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from sqlalchemy.exc import DBAPIError
+
+from .flags import ExecutorFlags
+from .future import JobFuture
+from .registry import Registry
+from .records import NewJob, Submitted
+from .store import Store
+
+__all__ = ["SubmitQueue", "Item", "short_error"]
+
+log = logging.getLogger("dbexecutor")
+
+#: A queued job and the future ``submit`` returned for it.
+Item = tuple[NewJob, JobFuture[Any]]
+
+
+class SubmitQueue:
+    """The jobs submitted since the last commit of submits, in order."""
+
+    def __init__(self, store: Store, registry: Registry, flags: ExecutorFlags, wake: Callable[..., None]) -> None:
+        self._store = store
+        self._registry = registry
+        self._flags = flags
+        self._wake = wake
+        self._lock = threading.Lock()  # guards the list
+        self._items: list[Item] = []
+        self._writer = threading.RLock()  # one writer of queued rows at a time
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, jobs: Sequence[NewJob]) -> list[JobFuture[Any]]:
+        """Queue jobs for the next commit of submits (one wake-up for all); their futures get ids then."""
+        futures = [self._registry.new_future(self.flush) for _ in jobs]
+        with self._flags.admitting(), self._lock:
+            self._items.extend(zip(jobs, futures))
+        self._wake(work=True)
+        return futures
+
+    @contextmanager
+    def writing(self) -> Iterator[None]:
+        """Hold the writer: queued jobs stay queued (another thread's submits too) until the block ends."""
+        with self._writer:
+            yield
+
+    def take(self, limit: int | None = None) -> tuple[list[Item], bool]:
+        """Up to ``limit`` (None: all) queued jobs, oldest first, for the caller to write; and whether more are left."""
+        with self._lock:
+            if limit is None:
+                items, self._items = self._items, []
+            else:
+                items, self._items = self._items[:limit], self._items[limit:]
+            return items, bool(self._items)
+
+    def requeue(self, items: Sequence[Item]) -> None:
+        """Put jobs that could not be written back at the front (the database is unreachable)."""
+        with self._lock:
+            self._items[:0] = items
+
+    def stored(self, items: Sequence[Item], rows: Sequence[Submitted]) -> None:
+        """Written ``items`` became ``rows``: give their futures ids and track them (the caller settles final rows)."""
+        self._registry.adopt(rows, [fut for _, fut in items])
+
+    def flush(self) -> None:
+        """Write every queued job now, in the caller's thread (one transaction).
+
+        Raises what the database raised if it cannot be reached (the jobs stay
+        queued); a row the database refuses fails that job's future instead.
+        """
+        with self._writer:
+            items, _ = self.take()
+            if not items:
+                return
+            jobs = [job for job, _ in items]
+            try:
+                rows, _ = self._registry.write_and_track(
+                    lambda: self._store.insert_jobs(jobs, time.time()), [fut for _, fut in items]
+                )
+            except (DBAPIError, ValueError) as error:
+                if not self.refused(error):
+                    self.requeue(items)
+                    raise
+                self.write_one_by_one(items)
+            else:
+                self._registry.settle(rows)
+        self._wake(work=True)
+
+    def refused(self, error: Exception) -> bool:
+        """Whether the database refused these rows (so retrying them as they are cannot help)."""
+        # ValueError: a dependency that no longer exists (purged since it was submitted).
+        return isinstance(error, ValueError) or (isinstance(error, DBAPIError) and not self._store.retry_later(error))
+
+    def write_one_by_one(self, items: Sequence[Item]) -> None:
+        """The database refused a group of rows: write them singly, and fail the futures of those it refuses."""
+        for n, (job, fut) in enumerate(items):
+            try:
+                rows, _ = self._registry.write_and_track(lambda: self._store.insert_jobs([job], time.time()), [fut])
+            except (DBAPIError, ValueError) as error:
+                if not self.refused(error):
+                    self.requeue(items[n:])
+                    raise
+                log.error(
+                    "a %s job could not be stored: %s",
+                    job.fn_name, error if isinstance(error, ValueError) else short_error(error),
+                )
+                fut._set_exception_quietly(error)
+                continue
+            self._registry.settle(rows)
+
+    def drop(self, error: BaseException | None) -> None:
+        """Never write the queued jobs: cancel their futures (``error``: fail them with it)."""
+        items, _ = self.take()
+        for _, fut in items:
+            if error is None:
+                fut._cancel_local()
+            else:
+                fut._set_exception_quietly(error)
+
+
+def short_error(error: DBAPIError) -> str:
+    """The first line of a database error, for a log line."""
+    text = str(error.orig) if error.orig is not None else str(error)
+    return text.strip().splitlines()[0][:200] if text.strip() else type(error).__name__

@@ -1,0 +1,402 @@
+"""The children of one executor: start, dispatch, receive, deaths, timeouts, and what their leases need.
+
+::
+
+                  dispatch(Call) ──► child ──► Result / Beat / Ready / InitFailed
+                                       │              │
+    scheduler thread ◄── reports ──────┼──────────────┘  (outcomes to write)
+          │          ◄── releases ─────┤  (jobs a dead child held but never started)
+          │          ◄── leases() ─────┘  (which leases to renew, which jobs run)
+          └─ check_timeouts() ──► kill thread: process tree ──► report "timeout"
+
+Everything here runs in the scheduler thread, except the kill of a child
+whose job passed its timeout: terminating a process tree waits up to a grace
+period, so it runs in a thread of its own while the loop goes on
+dispatching, and its report joins the others when the tree is gone.
+
+No database access here: the loop writes what this collects.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from multiprocessing.connection import wait as mp_wait
+from typing import TYPE_CHECKING, Any, Callable
+
+from . import serialization
+from .errors import JobTimeoutError, WorkerDied
+from .messages import Beat, Call, ChildConfig, InitFailed, Ready, Result, Stop
+from .pace import Pace
+from .pool import Assignment, Child, describe_exit, kill_trees, start_child
+from .records import Claimed, Report
+from .store import worker_name
+
+if TYPE_CHECKING:
+    from .scheduler import Settings
+
+__all__ = ["Supervisor"]
+
+log = logging.getLogger("dbexecutor")
+
+_STOP_WAIT = 2.0  # seconds stopped children get to exit before their trees are killed
+# A running job's lease is renewed while its child was heard from within this
+# many heartbeat intervals: one missed beat is jitter, two mean it is stuck.
+_FRESH_BEATS = 2.0
+
+
+class Supervisor:
+    """The child processes of one executor and the jobs each one holds."""
+
+    def __init__(self, settings: Settings, signer: serialization.Signer, pace: Pace, wake: Callable[[], None]) -> None:
+        self.s = settings
+        self._config = ChildConfig(settings.heartbeat_interval, settings.initializer, settings.initargs, signer)
+        self._signer = signer
+        self._pace = pace
+        self._wake = wake  # ends the loop's wait (a kill finished)
+        self._children: list[Child] = []
+        self._retired: list[Child] = []  # sent Stop after max_tasks_per_child; reaped once they exit
+        self._lock = threading.Lock()  # reports and kills in flight, shared with the kill threads
+        self._killing: dict[Child, Assignment] = {}
+        self._reports: list[Report] = []
+        self._releases: list[tuple[int, int]] = []
+        self._init_failure: str | None = None
+        self._new_starts = False  # a job's first beat arrived: its row should say running soon
+
+    # -- what the loop waits on ---------------------------------------------------
+
+    def waitables(self, busy_only: bool = False) -> list[Any]:
+        """The children's pipes and process sentinels (only of those holding jobs, if ``busy_only``)."""
+        objs: list[Any] = []
+        for c in self._children:
+            if c.queue or not busy_only:
+                objs += [c.conn, c.process.sentinel]
+        return objs
+
+    def next_deadline(self) -> float | None:
+        """The monotonic time at which the next running job passes its timeout, if any has one."""
+        deadlines = [d for d in (c.deadline for c in self._children) if d is not None]
+        return min(deadlines) if deadlines else None
+
+    def longest_queue(self) -> int:
+        """The most jobs any child holds."""
+        return max((len(c.queue) for c in self._children), default=0)
+
+    def busy(self) -> bool:
+        """Whether a child holds a job, or a timed-out one is still being killed."""
+        with self._lock:
+            if self._killing:
+                return True
+        return any(c.busy for c in self._children)
+
+    def holds_leases(self) -> bool:
+        """Whether any job is held (its lease needs renewing)."""
+        return bool(self._killing) or any(c.busy for c in self._children)
+
+    # -- receiving ------------------------------------------------------------------
+
+    def handle(self, ready: set[Any]) -> None:
+        """Read the messages of the children whose pipes are among ``ready``; notice deaths."""
+        for c in list(self._children):
+            if c.conn in ready:
+                self._receive(c)
+            elif c.process.sentinel in ready:
+                self._died(c)
+
+    def drain(self) -> None:
+        """Read whatever the children have sent, without waiting."""
+        conns = [c.conn for c in self._children]
+        if conns:
+            self.handle(set(mp_wait(conns, 0)))
+
+    def _receive(self, c: Child) -> None:
+        while True:
+            try:
+                if not c.conn.poll():
+                    return
+                msg = c.conn.recv()
+            except (EOFError, OSError):
+                self._died(c)
+                return
+            c.heard = time.monotonic()
+            if isinstance(msg, Beat):
+                self._beat(c, msg)
+            elif isinstance(msg, Result):
+                if not self._result(c, msg):
+                    return
+            elif isinstance(msg, Ready):
+                c.ready = True
+                if c.queue:
+                    c.head_started()  # it starts on the job waiting in its pipe now
+            elif isinstance(msg, InitFailed):
+                log.error("a child process failed to initialize: %s%s", msg.error, msg.traceback)
+                with self._lock:
+                    if self._init_failure is None:
+                        self._init_failure = f"A child process terminated abruptly: its initializer raised {msg.error}"
+                self._remove(c)
+                c.close()
+                self._release(list(c.queue))
+                return
+
+    def _beat(self, c: Child, beat: Beat) -> None:
+        running = c.running
+        # A beat can cross the Result of the job it was for: only the running job's counts.
+        if running is not None and running.lease == (beat.job_id, beat.attempt) and c.beat != running.lease:
+            c.beat = running.lease
+            self._new_starts = True
+
+    def _result(self, c: Child, msg: Result) -> bool:
+        """Record a job's outcome; False if the child was retired by it (stop reading it)."""
+        head = c.queue.popleft()
+        assert head.lease == (msg.job_id, msg.attempt), "a child answered out of order"
+        if c.queue:
+            c.head_started()  # the child goes straight on to the next job it holds
+        outcome = "ok" if msg.ok else "exception"
+        self._report(Report(
+            msg.job_id, msg.attempt, msg.ok, msg.blob, outcome, msg.error,
+            worker_name(c.pid), msg.started, msg.ended, head.retry_delay,
+        ))
+        self._pace.job_ended(msg.ended - msg.started)
+        log.debug("job %d attempt %d ended (%s) in child %d", msg.job_id, msg.attempt, msg.error or outcome, c.pid)
+        c.tasks += 1
+        if self.s.max_tasks_per_child and c.tasks >= self.s.max_tasks_per_child:
+            self._retire(c)
+            return False
+        return True
+
+    def _died(self, c: Child) -> None:
+        c.process.join(1.0)
+        how = describe_exit(c.process.exitcode)
+        self._remove(c)
+        c.close()
+        head = c.job
+        if head is None:
+            log.warning("idle child %d exited (%s); a new one starts when needed", c.pid, how)
+            return
+        log.warning("child %d died (%s) while running job %d attempt %d", c.pid, how, head.job_id, head.attempt)
+        error = WorkerDied(f"the child process (pid {c.pid}) running job {head.job_id} died with {how}")
+        self._report(self._failure(c, head, error, how))
+        self._release(list(c.queue)[1:])
+
+    # -- timeouts ---------------------------------------------------------------------
+
+    def check_timeouts(self, now: float) -> None:
+        """Kill, beside the loop, the children whose running job passed its timeout (monotonic ``now``)."""
+        for c in list(self._children):
+            deadline, head = c.deadline, c.running
+            if deadline is None or head is None or deadline > now:
+                continue
+            log.warning(
+                "job %d attempt %d passed its timeout; killing child %d and its subprocesses",
+                head.job_id, head.attempt, c.pid,
+            )
+            self._remove(c)
+            self._release(list(c.queue)[1:])
+            with self._lock:
+                self._killing[c] = head
+            threading.Thread(target=self._kill, args=(c, head), name="dbexecutor-kill", daemon=True).start()
+
+    def _kill(self, c: Child, head: Assignment) -> None:
+        """In a thread of its own: kill a timed-out child's tree, then report the job (the tree is gone by then)."""
+        try:
+            kill_trees([c.pid], self.s.kill_grace)
+        except Exception:  # never leave the job unreported
+            log.exception("could not kill child %d", c.pid)
+        finally:
+            c.close()
+            error = JobTimeoutError(
+                f"job {head.job_id} ran past its timeout of {head.timeout:g} s; its process tree was killed"
+            )
+            report = self._failure(c, head, error, "timeout")
+            with self._lock:
+                self._reports.append(report)
+                del self._killing[c]
+            self._wake()
+
+    # -- dispatch ---------------------------------------------------------------------------
+
+    def free_slots(self) -> int:
+        """How many more jobs the children (and children yet to start) can take now."""
+        free = sum(max(0, self._depth(c) - len(c.queue)) for c in self._children)
+        return free + (self.s.max_workers - len(self._children)) * self._depth(None)
+
+    def _depth(self, c: Child | None) -> int:
+        return self._pace.depth(c.tasks if c is not None else 0, self.s.max_tasks_per_child)
+
+    def dispatch(self, job: Claimed, inputs: dict[int, bytes]) -> None:
+        """Hand a claimed job, with the upstream results it takes, to a child."""
+        c = self._pick()
+        c.queue.append(Assignment(
+            job.job_id,
+            job.attempt,
+            job.timeout if job.timeout is not None else self.s.timeout,
+            job.retry_delay if job.retry_delay is not None else self.s.retry_delay,
+        ))
+        if len(c.queue) == 1:
+            c.head_started()
+        log.debug("job %d (%s) attempt %d -> child %d", job.job_id, job.fn_name, job.attempt, c.pid)
+        try:
+            c.conn.send(Call(job.job_id, job.attempt, job.payload, inputs))
+        except OSError:
+            pass  # the child is dead: its sentinel fires next tick and the job is reported there
+
+    def _pick(self) -> Child:
+        """An idle child, else a new one (up to max_workers), else the least loaded with room."""
+        for c in self._children:
+            if not c.queue:
+                return c
+        if len(self._children) < self.s.max_workers:
+            return self._spawn()
+        roomy = [c for c in self._children if len(c.queue) < self._depth(c)] or self._children
+        return min(roomy, key=lambda c: len(c.queue))
+
+    def _spawn(self) -> Child:
+        c = start_child(self.s.mp_context, self._config)
+        self._children.append(c)
+        log.debug("started child %d", c.pid)
+        return c
+
+    # -- leases -------------------------------------------------------------------------
+
+    def leases(self, now: float) -> tuple[list[tuple[int, int]], set[int]]:
+        """The leases to renew now (monotonic ``now``), and the ids of jobs that have started running.
+
+        A running job's lease is renewed only while its child is heard from:
+        a child that is frozen, or stuck holding the GIL, stops beating, and
+        its lease runs out after ``lease_ttl`` so that any executor can rerun
+        the job. Jobs a child holds but has not started yet (queued behind
+        the running one, or waiting for the child to start), and jobs of
+        children being killed, are vouched for by the parent.
+        """
+        fresh = _FRESH_BEATS * self.s.heartbeat_interval
+        held: list[tuple[int, int]] = []
+        started: set[int] = set()
+        for c in self._children:
+            running = c.running
+            for a in c.queue:
+                if a is running:
+                    if now - c.heard > fresh:
+                        continue
+                    if c.beat == a.lease:
+                        started.add(a.job_id)
+                held.append(a.lease)
+        with self._lock:
+            held += [a.lease for a in self._killing.values()]
+        return held, started
+
+    @property
+    def new_starts(self) -> bool:
+        """Whether a job began to beat since the leases were last renewed (its row should say running)."""
+        return self._new_starts
+
+    def starts_marked(self) -> None:
+        """The leases were renewed and the running jobs marked."""
+        self._new_starts = False
+
+    # -- what the loop writes --------------------------------------------------------------
+
+    def take_reports(self) -> list[Report]:
+        """Outcomes collected since the last call (results, deaths, timeouts)."""
+        with self._lock:
+            reports, self._reports = self._reports, []
+        return reports
+
+    def take_releases(self) -> list[tuple[int, int]]:
+        """``(job_id, attempt)`` of jobs a child held but never started (it died or was killed)."""
+        releases, self._releases = self._releases, []
+        return releases
+
+    def take_init_failure(self) -> str | None:
+        """Why the executor is broken, if a child's initializer failed since the last call."""
+        with self._lock:
+            reason, self._init_failure = self._init_failure, None
+        return reason
+
+    # -- stopping ------------------------------------------------------------------------
+
+    def reap_retired(self) -> None:
+        """Close the pipes of retired children that have exited."""
+        for c in [c for c in self._retired if not c.process.is_alive()]:
+            self._retired.remove(c)
+            c.close()
+
+    def abandon(self) -> list[tuple[int, int, float | None]]:
+        """Kill every child's process tree; return what they held: ``(job_id, attempt, started_at or None)``."""
+        self.drain()  # results that already arrived are written, not run again
+        held: list[tuple[int, int, float | None]] = []
+        for c in self._children:
+            for a in c.queue:
+                held.append((a.job_id, a.attempt, c.started_at if a is c.running else None))
+            if c.queue:
+                log.warning("killing child %d, which still runs job %d attempt %d", c.pid, c.queue[0].job_id, c.queue[0].attempt)
+        kill_trees([c.pid for c in self._children], self.s.kill_grace)
+        for c in self._children:
+            c.queue.clear()
+            c.close()
+        self._children = []
+        return held
+
+    def stop(self) -> None:
+        """Stop every child: idle ones are asked to exit, any left after a moment are killed."""
+        for c in self._children:
+            if not c.busy:
+                try:
+                    c.conn.send(Stop())
+                except OSError:
+                    pass
+        everyone = self._children + self._retired
+        end = time.monotonic() + _STOP_WAIT
+        alive = [c for c in everyone if c.process.is_alive()]
+        while alive and time.monotonic() < end:
+            mp_wait([c.process.sentinel for c in alive], end - time.monotonic())
+            alive = [c for c in alive if c.process.is_alive()]
+        if alive:
+            kill_trees([c.pid for c in alive], self.s.kill_grace)
+        for c in everyone:
+            c.process.join(0)
+            c.close()
+        self._children, self._retired = [], []
+        self._wait_for_kills()
+
+    def _wait_for_kills(self) -> None:
+        while True:
+            with self._lock:
+                if not self._killing:
+                    return
+            time.sleep(0.01)
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _report(self, report: Report) -> None:
+        with self._lock:
+            self._reports.append(report)
+
+    def _release(self, never_started: list[Assignment]) -> None:
+        self._releases += [a.lease for a in never_started]
+
+    def _retire(self, c: Child) -> None:
+        try:
+            c.conn.send(Stop())
+        except OSError:
+            pass
+        self._remove(c)
+        self._retired.append(c)
+
+    def _remove(self, c: Child) -> None:
+        if c in self._children:
+            self._children.remove(c)
+
+    def _failure(self, c: Child, head: Assignment, error: BaseException, outcome: str) -> Report:
+        return Report(
+            head.job_id,
+            head.attempt,
+            False,
+            serialization.dump_exception(error, signer=self._signer),
+            outcome,
+            f"{type(error).__name__}: {error}",
+            worker_name(c.pid),
+            c.started_at,
+            time.time(),
+            head.retry_delay,
+        )
