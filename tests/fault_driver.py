@@ -13,7 +13,10 @@ Usage: ``python fault_driver.py MODE URL OPTIONS_JSON [ARGS...]`` where MODE is
   else wait for all of them and exit 0;
 - ``hold N GATE STARTED_DIR``: run N jobs at once, each noting its start in
   STARTED_DIR and waiting for the file GATE; exit 0 once all are done (the
-  test counts this process tree's database connections meanwhile).
+  test counts this process tree's database connections meanwhile);
+- ``record RECORD_PATH SECONDS``: submit one job that appends a line to
+  RECORD_PATH and, on its first run only, sleeps SECONDS; wait for it (the
+  test freezes or kills this process, and another runs the job again).
 
 The module is imported by the tests too (for :func:`build_dag` and
 :func:`expected_values`), and by the forkserver as ``__mp_main__``: the work
@@ -134,6 +137,17 @@ def _hold(url: str, options: dict, n: int, gate: str, started_dir: str) -> int:
     return 0 if got == list(range(n)) else 1
 
 
+def _record(url: str, options: dict, record_path: str, seconds: float) -> int:
+    import jobs
+    from dbexecutor import DBExecutor
+
+    ex = DBExecutor(url, **options)
+    fut = ex.submit(jobs.record_then_sleep_once, record_path, seconds)
+    print(f"submitted {fut.job_id}", flush=True)
+    fut.result(timeout=seconds + 120)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     mode, url, options = argv[0], argv[1], json.loads(argv[2])
     rest = argv[3:]
@@ -145,6 +159,8 @@ def main(argv: list[str]) -> int:
         return _submitted(url, options, int(rest[0]), rest[1] == "1")
     if mode == "keys":
         return _keys(url, options, rest[0], int(rest[1]))
+    if mode == "record":
+        return _record(url, options, rest[0], float(rest[1]))
     if mode == "hold":
         return _hold(url, options, int(rest[0]), rest[1], rest[2])
     raise SystemExit(f"unknown mode {mode!r}")

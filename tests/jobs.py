@@ -263,3 +263,12 @@ def hold_until(gate: str, started_dir: str, i: int) -> int:
     _write_atomically(os.path.join(started_dir, f"started-{i}"), str(os.getpid()))
     wait_for_file(gate, None, 120.0)
     return i
+
+
+def record_then_sleep_once(path: str, seconds: float) -> int:
+    """Append a line to ``path``; only the first run then sleeps (a rerun ends at once). Returns the run's number."""
+    runs = len(open(path).read().splitlines()) if os.path.exists(path) else 0
+    record(path, f"run {runs + 1}")
+    if runs == 0:
+        time.sleep(seconds)
+    return runs + 1

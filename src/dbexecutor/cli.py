@@ -196,7 +196,7 @@ def _signature(store: Store, blob: bytes | None, context: bytes) -> str:
 
 
 def _status_data(store: Store) -> dict[str, Any]:
-    data = store.status(time.time()).as_dict()
+    data = store.status(store.now()).as_dict()
     data["database"] = masked_url(store.url)
     data["prefix"] = store.prefix
     data["group_settings"] = {g.name: {"weight": g.weight, "limit": g.limit} for g in store.groups()}
@@ -266,7 +266,7 @@ def cmd_status(store: Store, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_list(store: Store, args: argparse.Namespace, out: TextIO) -> int:
-    now = time.time()
+    now = store.now()
     found = store.list_jobs(
         states=args.state or (),
         group=args.group,
@@ -358,7 +358,7 @@ def cmd_retry(store: Store, args: argparse.Namespace, out: TextIO) -> int:
         else:
             out.write("no failed jobs\n")
         return EXIT_NOTHING
-    revived, refused = store.retry(ids, args.retries, time.time())
+    revived, refused = store.retry(ids, args.retries, store.now())
     if args.json:
         _json({"revived": revived, "refused": refused}, out)
     else:
@@ -374,7 +374,7 @@ def cmd_cancel(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     ids = _ids(args)
     if not ids:
         raise UsageError("cancel needs job ids")
-    finals = store.cancel(ids, time.time())
+    finals = store.cancel(ids, store.now())
     cancelled = sorted(f.job_id for f in finals)
     missed = {}
     for jid in ids:
@@ -392,7 +392,7 @@ def cmd_cancel(store: Store, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def cmd_purge(store: Store, args: argparse.Namespace, out: TextIO) -> int:
-    deleted = store.purge(time.time() - args.older_than, args.batch)
+    deleted = store.purge(store.now() - args.older_than, args.batch)
     if args.json:
         _json({"deleted": deleted}, out)
     else:

@@ -294,7 +294,7 @@ class Batch(JobFuture[list[Any]]):
         self._check_unsealed()
         ex = self._executor
         ex._check_open()
-        now = time.time()
+        now = ex._store.now()
         futures: list[JobFuture[Any]] = []
         calls = (ex._prepare(fn, args, {}, (), self._options, now) for args in zip(*iterables))
         while chunk := list(itertools.islice(calls, _MAP_BATCH)):
@@ -523,7 +523,7 @@ class DBExecutor(Executor):
 
     def _seal(self, batch: Batch) -> None:
         self._check_open()
-        now = time.time()
+        now = self._store.now()
         job = NewJob(
             fn_name="dbexecutor.batch",
             payload=b"",
@@ -658,10 +658,16 @@ class DBExecutor(Executor):
             priority=opts.priority,
             timeout=opts.timeout,
             retries=opts.retries or 0,
-            run_after=opts.run_after if opts.delay is None else now + opts.delay,
+            run_after=self._run_after(opts, now),
             submitted_by=self._submitter_id,
             retry_delay=opts.retry_delay,
         )
+
+    def _run_after(self, opts: JobOptions, now: float) -> float | None:
+        """When the job may start, on the server's clock (``run_after`` is given on this machine's)."""
+        if opts.delay is not None:
+            return now + opts.delay
+        return None if opts.run_after is None else self._store.clock.to_server(opts.run_after)
 
     def _submit(
         self,
@@ -672,7 +678,7 @@ class DBExecutor(Executor):
         opts: JobOptions,
     ) -> JobFuture[Any]:
         self._check_open()
-        now = time.time()
+        now = self._store.now()
         upstream: list[Future[Any]] = []
         job = self._prepare(fn, args, kwargs, after, opts, now, upstream=upstream)
         if isinstance(job, JobFuture):
@@ -749,7 +755,7 @@ class DBExecutor(Executor):
 
     def _queue(self, plan: _MapPlan, limit: int | None) -> list[JobFuture[Any]]:
         """Queue the next ``limit`` jobs of a ``map`` (all of them for None); their futures, in order."""
-        now = time.time()
+        now = self._store.now()
         calls = (self._prepare(plan.fn, args, {}, (), plan.opts, now, plan.name) for args in itertools.islice(plan.args, limit))
         # Queued like submits: the scheduler writes them with its ticks, in
         # the transactions that also claim them. Handed over in slices: a

@@ -35,20 +35,20 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import wait as mp_wait
 from multiprocessing.context import BaseContext
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
-from . import schema
+from . import __version__, hosts, schema
 from .flags import ExecutorFlags
 from .future import JobFuture
 from .pace import Pace
 from .registry import Registry
-from .records import Claimed, Final, Finished, NewJob, Report, Submitted
-from .store import Store, worker_name
+from .records import Claimed, Final, Finished, NewJob, Registration, Report, Submitted
+from .store import Store
 from .submitqueue import Item, SubmitQueue, short_error
 from .supervisor import Supervisor
 from .wakeup import DueTimes, Wakeup
@@ -61,6 +61,9 @@ _IN_POLL = 500  # ids checked per remote poll
 _PENDING_PER_TICK = 2000  # queued submits written per scheduler tick
 _RETENTION_BATCH = 500  # jobs deleted per retention transaction
 _MAX_BACKOFF = 5.0  # seconds between tries while the database is unreachable
+_RESCUE_EVERY = 1.0  # seconds between looks for dead executors on this machine (a cheap indexed read)
+_FORGET_EVERY = 60.0  # seconds between clean-ups of old registrations
+_FORGET_AFTER = 600.0  # seconds a dead executor stays listed (at least ten lease TTLs)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class Settings:
     kill_grace: float = 1.0
     retention: float | None = None  # seconds finished jobs are kept (None: forever)
     run_jobs: bool = True  # False: submit only, never claim (workers elsewhere run the jobs)
+    kind: str = "executor"  # how the registry names it: executor, worker (submitter when run_jobs is False)
 
 
 # Interpreter shutdown, as in concurrent.futures.process: stop taking work and
@@ -111,8 +115,18 @@ class Scheduler:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.s = settings
-        #: How this process names itself in leases and attempts.
-        self.owner = worker_name(os.getpid())
+        #: How this process registers, and names itself in the leases it holds.
+        self.registration = Registration(
+            name=hosts.owner_name(),
+            kind=settings.kind if settings.run_jobs else "submitter",
+            host=hosts.hostname(),
+            pid=os.getpid(),
+            pid_started=hosts.process_started(),
+            version=__version__,
+            slots=settings.max_workers if settings.run_jobs else 0,
+        )
+        self.owner = self.registration.name
+        store.register(self.registration, settings.lease_ttl)
         #: Shutdown and broken flags.
         self.flags = ExecutorFlags()
         #: Run-time and transaction-time averages (public so tests can pin them).
@@ -128,6 +142,7 @@ class Scheduler:
         self._claimed: list[Claimed] = []  # claimed, not yet handed to a child
         self._lost: set[tuple[int, int]] = set()  # leases already reported lost
         self._next_renew = self._next_poll = self._next_reclaim = self._next_retention = 0.0
+        self._next_rescue = self._next_forget = 0.0
         self._stop_listening = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dbexecutor-scheduler", daemon=True)
         _live.add(self)
@@ -223,7 +238,7 @@ class Scheduler:
         # Queued submits may depend on these jobs: store them first, so the
         # cancellation reaches them now rather than when they are written.
         self.flush()
-        finals = self.store.cancel(job_ids, time.time())
+        finals = self.store.cancel(job_ids, self.store.now())
         for final in finals:
             self._registry.resolve(final)
         return {f.job_id for f in finals}
@@ -294,6 +309,7 @@ class Scheduler:
             self._supervisor.stop()
             self._give_back_claimed()
             self._wakeup.close()
+            self._unregister()
 
     def _tick(self, backoff: float) -> None:
         """One turn: wait for something to happen, take in what the children said, write and
@@ -301,7 +317,9 @@ class Scheduler:
         self._wait(backoff)
         self._supervise()
         self._linger()
+        self._keep_time()
         self._reclaim_expired()
+        self._rescue_dead_executors()
         self._write_and_claim()
         self._dispatch_claimed()
         self._renew_leases()
@@ -320,14 +338,14 @@ class Scheduler:
         """Until a wake-up, a child's message or death, a due time or deadline, or the poll interval."""
         now = time.monotonic()
         timeout = min(self.s.poll_interval, max(0.0, self._next_reclaim - now))
-        due = self._dues.until_next(time.time())
+        due = self._dues.until_next(self.store.now())
         if due is not None:
             timeout = min(timeout, due)
         deadline = self._supervisor.next_deadline()
         if deadline is not None:
             timeout = min(timeout, max(0.0, deadline - now))
-        if self._supervisor.holds_leases():
-            timeout = min(timeout, max(0.0, self._next_renew - now))
+        # The beat is due whether or not jobs are held: the registration says this executor is alive.
+        timeout = min(timeout, max(0.0, self._next_renew - now))
         if backoff:
             timeout = backoff
         ready = set(mp_wait([self._wakeup.reader, *self._supervisor.waitables()], timeout))
@@ -348,7 +366,7 @@ class Scheduler:
         reason = self._supervisor.take_init_failure()
         if reason is not None:
             self._break(reason)
-        self._reports += self._supervisor.take_reports()
+        self._reports += [self._on_server_clock(r) for r in self._supervisor.take_reports()]
         self._releases += self._supervisor.take_releases()
         while self._releases:
             job_id, attempt = self._releases[0]
@@ -388,9 +406,25 @@ class Scheduler:
         if now < self._next_reclaim:
             return
         self._next_reclaim = now + min(self.s.lease_ttl / 2, 5.0)
-        reclaimed = self.store.reclaim_expired(time.time())
+        reclaimed = self.store.reclaim_expired(self.store.now())
         if reclaimed:
             log.warning("reclaimed %d job(s) whose lease expired: %s", len(reclaimed), reclaimed[:20])
+
+    def _keep_time(self) -> None:
+        """Measure the server clock's offset again when it is due (every minute; a few round trips)."""
+        self.store.sync_clock(force=False)
+
+    def _rescue_dead_executors(self) -> None:
+        """Put back to ready, at once, the jobs of executors on this machine whose process is gone."""
+        now = time.monotonic()
+        if now >= self._next_rescue:
+            self._next_rescue = now + _RESCUE_EVERY
+            for name, ids in self.store.rescue_dead_here().items():
+                if ids:
+                    log.warning("executor %s is gone; its job(s) %s were put back to ready", name, ids[:20])
+        if now >= self._next_forget:
+            self._next_forget = now + _FORGET_EVERY
+            self.store.forget_dead(max(_FORGET_AFTER, 10 * self.s.lease_ttl))
 
     def _write_and_claim(self) -> None:
         """Write queued submits and collected reports, and claim work for free slots: one transaction."""
@@ -404,7 +438,7 @@ class Scheduler:
             if not items and not self._reports:
                 if limit > 0:
                     probe = not self._wakeup.take_work_hint()
-                    self._claimed += self.store.claim(self.owner, limit, self.s.lease_ttl, time.time(), probe=probe)
+                    self._claimed += self.store.claim(self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe)
                 return
             written = self._commit(items, limit)
         if written is not None:
@@ -415,7 +449,7 @@ class Scheduler:
         try:
             started = time.monotonic()
             inserted, done, claimed = self.store.finish_and_claim(
-                self._reports, self.owner, limit, self.s.lease_ttl, time.time(), [job for job, _ in items]
+                self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), [job for job, _ in items]
             )
             if self._reports:
                 self.pace.tick_recorded(time.monotonic() - started)
@@ -475,19 +509,18 @@ class Scheduler:
         }
 
     def _renew_leases(self) -> None:
-        """Every interval, or when a job began running: renew every lease held, in one statement."""
+        """Every interval, or when a job began running: this executor's beat and every lease it holds, in one transaction."""
         now = time.monotonic()
         if now < self._next_renew and not self._supervisor.new_starts:
             return
         self._supervisor.drain()  # a beat that arrived during this tick counts
         held, started = self._supervisor.leases(now)
         held += [(job.job_id, job.attempt) for job in self._claimed]
-        if held:
-            lost = self.store.renew_leases(held, started, self.s.lease_ttl, time.time())
-            pairs = {pair for pair in held if pair[0] in lost}
-            for job_id, attempt in sorted(pairs - self._lost):
-                log.warning("job %d attempt %d lost its lease; its result will be discarded", job_id, attempt)
-            self._lost = pairs
+        lost = self.store.beat(self.registration, held, started, self.s.lease_ttl)
+        pairs = {pair for pair in held if pair[0] in lost}
+        for job_id, attempt in sorted(pairs - self._lost):
+            log.warning("job %d attempt %d lost its lease; its result will be discarded", job_id, attempt)
+        self._lost = pairs
         self._supervisor.starts_marked()
         self._next_renew = now + self.s.heartbeat_interval
 
@@ -512,7 +545,7 @@ class Scheduler:
         now = time.monotonic()
         if self.s.retention is None or now < self._next_retention:
             return
-        deleted = self.store.purge_batch(time.time() - self.s.retention, _RETENTION_BATCH)
+        deleted = self.store.purge_batch(self.store.now() - self.s.retention, _RETENTION_BATCH)
         if deleted:
             log.debug("retention: deleted %d finished job(s) older than %g s", deleted, self.s.retention)
         pause = 0.0 if deleted >= _RETENTION_BATCH else min(60.0, max(1.0, self.s.retention / 10))
@@ -522,8 +555,9 @@ class Scheduler:
         """Kill every child's process tree and put the jobs they held back to ready (stop_now)."""
         held = self._supervisor.abandon()
         if held:
+            held = [(job_id, attempt, None if at is None else self.store.clock.to_server(at)) for job_id, attempt, at in held]
             released = self.store.release_running(
-                held, self.owner, time.time(), "the worker stopped before the job ended; the job was put back to ready"
+                held, self.owner, self.store.now(), "the worker stopped before the job ended; the job was put back to ready"
             )
             log.warning("released %d job(s) for other workers: %s", len(released), released[:20])
 
@@ -548,6 +582,20 @@ class Scheduler:
         self.flags.set_broken(reason)
         self._registry.fail_all(BrokenProcessPool(reason))
         self._queue.drop(BrokenProcessPool(reason))
+
+    def _on_server_clock(self, report: Report) -> Report:
+        """A child's report with its times (read from this machine's wall clock) on the server's clock."""
+        clock = self.store.clock
+        started = None if report.started_at is None else clock.to_server(report.started_at)
+        ended = clock.to_server(report.ended_at) if report.ended_at else report.ended_at
+        return replace(report, started_at=started, ended_at=ended)
+
+    def _unregister(self) -> None:
+        """The loop has ended: say so in the registry (a process that dies instead is found dead)."""
+        try:
+            self.store.unregister(self.owner)
+        except Exception:  # noqa: BLE001 - its registration lapses anyway
+            log.info("could not mark executor %s stopped; its registration will lapse", self.owner)
 
     def _give_back_claimed(self) -> None:
         """The loop ends with jobs claimed but never handed out: release them (else their leases expire)."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -97,7 +96,7 @@ class SubmitQueue:
             jobs = [job for job, _ in items]
             try:
                 rows, _ = self._registry.write_and_track(
-                    lambda: self._store.insert_jobs(jobs, time.time()), [fut for _, fut in items]
+                    lambda: self._store.insert_jobs(jobs, self._store.now()), [fut for _, fut in items]
                 )
             except (DBAPIError, ValueError) as error:
                 if not self.refused(error):
@@ -117,7 +116,7 @@ class SubmitQueue:
         """The database refused a group of rows: write them singly, and fail the futures of those it refuses."""
         for n, (job, fut) in enumerate(items):
             try:
-                rows, _ = self._registry.write_and_track(lambda: self._store.insert_jobs([job], time.time()), [fut])
+                rows, _ = self._registry.write_and_track(lambda: self._store.insert_jobs([job], self._store.now()), [fut])
             except (DBAPIError, ValueError) as error:
                 if not self.refused(error):
                     self.requeue(items[n:])

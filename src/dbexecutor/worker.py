@@ -178,4 +178,5 @@ def _settings(args: argparse.Namespace) -> Settings:
         retry_delay=1.0,
         poll_interval=args.poll_interval,
         retention=args.retention,
+        kind="worker",
     )

@@ -74,8 +74,6 @@ class Driver:
     max_payload: int | None = None
     #: Data per multi-row statement (see :func:`packets`).
     packet_bytes: int = PACKET_BYTES
-    #: Every process on this database shares one machine's wall clock (SQLite): no server clock to ask.
-    shares_host_clock: ClassVar[bool] = False
     #: What ``EXPLAIN`` is spelled as here.
     explain_prefix: ClassVar[str] = "EXPLAIN "
 

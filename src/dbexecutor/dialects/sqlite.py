@@ -36,7 +36,6 @@ class SQLiteDriver(Driver):
     """SQLite through the standard library's ``sqlite3``: WAL, a busy timeout, ``BEGIN IMMEDIATE`` for writes."""
 
     label = "SQLite"
-    shares_host_clock = True
     explain_prefix = "EXPLAIN QUERY PLAN "
 
     def __init__(self, url: URL) -> None:
@@ -60,8 +59,9 @@ class SQLiteDriver(Driver):
             self.url = url.set(database=os.path.abspath(db))
 
     def server_time(self, conn: Connection) -> float:
-        # The "server" is this machine: every process on the file reads its wall clock.
-        return time.time()
+        # The "server" is this machine's clock, read by SQLite's C library as
+        # every process on the file reads it (a Julian day number, in days).
+        return float(conn.exec_driver_sql("SELECT (julianday('now') - 2440587.5) * 86400.0").scalar_one())
 
     def database_missing(self) -> bool:
         db = self.url.database or ""

@@ -105,7 +105,7 @@ class Store:
             sql=Statements(self.tables, self.driver),
             signer=signer or serialization.UNSIGNED,
             prefix=self.prefix,
-            clock=Clock(local=self.driver.shares_host_clock),
+            clock=Clock(),
         )
         self.sync_clock()
         #: What opening the tables did (None with ``create=False``).
@@ -159,7 +159,7 @@ class Store:
     def sync_clock(self, *, force: bool = True) -> None:
         """Measure the server clock's offset again (a few round trips); with ``force=False`` only when it is due."""
         clock = self.ctx.clock
-        if clock.local or not (force or clock.due):
+        if not (force or clock.due):
             return
         with self.engine.connect() as conn:
             # Autocommit: each reading is one round trip, with no transaction around it.

@@ -8,8 +8,9 @@ round trips, keeping the one with the shortest delay) and reads
 ``monotonic() + offset`` from then on. A machine whose wall clock is off by
 minutes, or is stepped by NTP meanwhile, gets the server's time all the same;
 the offset is measured again every minute, which absorbs the drift between
-the two clocks. SQLite's processes share one machine and its wall clock, so
-there the clock is simply ``time.time()``.
+the two clocks. SQLite's "server" is the machine the file is on: its clock is
+read through SQLite, which every process on the file shares, whatever any
+one process's Python thinks the time is.
 """
 
 from __future__ import annotations
@@ -27,18 +28,14 @@ RESYNC = 60.0  # seconds between measurements
 class Clock:
     """The database server's time in epoch seconds, without a round trip per reading."""
 
-    def __init__(self, *, local: bool) -> None:
-        #: True where every process shares this machine's wall clock (SQLite).
-        self.local = local
-        self._offset = 0.0  # server time - monotonic time
+    def __init__(self) -> None:
+        self._offset = time.time() - time.monotonic()  # server time - monotonic time, until measured
         self._synced = -float("inf")  # monotonic time of the last measurement
         self._error = 0.0  # half the round trip of the kept sample: how far off now() may be
         self._lock = threading.Lock()
 
     def now(self) -> float:
         """The server's current time, as epoch seconds."""
-        if self.local:
-            return time.time()
         return time.monotonic() + self._offset
 
     def to_server(self, local_wall: float) -> float:
@@ -48,7 +45,7 @@ class Clock:
     @property
     def due(self) -> bool:
         """Whether the offset should be measured again."""
-        return not self.local and time.monotonic() - self._synced >= RESYNC
+        return time.monotonic() - self._synced >= RESYNC
 
     @property
     def error(self) -> float:
@@ -57,8 +54,6 @@ class Clock:
 
     def sync(self, read_server: Callable[[], float]) -> None:
         """Measure the offset: ``read_server()`` returns the server's time (one round trip)."""
-        if self.local:
-            return
         best: tuple[float, float] | None = None  # (round trip, offset)
         for _ in range(SAMPLES):
             before = time.monotonic()

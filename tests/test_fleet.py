@@ -1,0 +1,166 @@
+"""Many executors on one database: one clock (the server's), and a registry that finds the dead quickly.
+
+A process whose ``time.time()`` runs 90 s ahead or behind (shifted by a
+``sitecustomize`` in its environment, children included) must behave exactly
+like one in sync; an executor killed on this machine has its jobs rescued
+within seconds, not a lease TTL.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+import jobs
+from clitools import cli_env, start_worker
+from conftest import FAST
+from dbexecutor import DBExecutor
+from test_faults import DRIVER, _tail
+
+T = 60
+
+
+def _shifted(tmp_path: Path, seconds: float) -> dict[str, str]:
+    """An environment whose Python processes read a wall clock ``seconds`` off (time.time and time.time_ns)."""
+    site = tmp_path / f"shift{int(seconds)}"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(
+        "import time\n"
+        f"_off = {float(seconds)!r}\n"
+        "_time, _time_ns = time.time, time.time_ns\n"
+        "time.time = lambda: _time() + _off\n"
+        "time.time_ns = lambda: _time_ns() + int(_off * 1e9)\n"
+    )
+    env = cli_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env["PYTHONPATH"]])
+    return env
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def _wait_for(predicate: Any, timeout: float, what: str, log: str | None = None) -> float:
+    """Seconds until ``predicate()`` holds (fails after ``timeout``)."""
+    start = time.monotonic()
+    while not predicate():
+        if time.monotonic() - start > timeout:
+            pytest.fail(f"{what} within {timeout:g} s" + (f"\n{_tail(log)}" if log else ""))
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _signal_tree(pid: int, sig: int) -> None:
+    for proc in _tree(pid):
+        try:
+            proc.send_signal(sig)
+        except psutil.NoSuchProcess:
+            pass
+
+
+def _driver(db: Any, tmp_path: Path, name: str, *args: Any, **options: Any) -> tuple[subprocess.Popen[bytes], str]:
+    import json
+
+    log = str(tmp_path / f"{name}.log")
+    opts = {**db.options, "max_workers": 1, **options}
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, DRIVER, args[0], db.url, json.dumps(opts), *[str(a) for a in args[1:]]],
+            stdout=out, stderr=subprocess.STDOUT, cwd=str(tmp_path), env=cli_env(),
+        )
+    return proc, log
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        _signal_tree(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+
+
+def test_a_worker_whose_clock_runs_ahead_never_reruns_a_live_job(db, tmp_path):
+    record = tmp_path / "runs"
+    ex = db.executor(1, lease_ttl=3.0)
+    assert ex.submit(jobs.identity, 0).result(timeout=T) == 0  # its child is up
+    # A worker 90 s ahead, looking for expired leases every second: with its own
+    # clock, every lease of this executor would look long expired.
+    log = str(tmp_path / "ahead.log")
+    worker = start_worker(db, log, "--max-workers", "1", "--lease-ttl", "2", env=_shifted(tmp_path, 90))
+    store = db.store()
+    try:
+        kinds = lambda: {e.kind for e in store.executors() if e.alive}  # noqa: E731
+        _wait_for(lambda: kinds() == {"executor", "worker"}, T, "the worker registering", log)
+        # Submitted to an idle executor: leased by its own insert, so the worker cannot claim it.
+        fut = ex.submit(jobs.fault_record_then_sleep, str(record), "run", 3.0)
+        assert fut.result(timeout=T) == "run"
+        assert _lines(record) == ["run"], "the live job ran a second time"
+        assert [a.outcome for a in db.attempts(fut.job_id)] == ["ok"]
+        assert db.row(fut.job_id).lease_owner is None and "reclaimed" not in open(log).read()
+    finally:
+        store.close()
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(30)
+
+
+def test_a_worker_whose_clock_runs_behind_rescues_a_frozen_executors_job_within_the_ttl(db, tmp_path):
+    record = tmp_path / "runs"
+    ttl = 3.0
+    frozen, log = _driver(db, tmp_path, "frozen", "record", record, 30, lease_ttl=ttl)
+    worker = None
+    try:
+        _wait_for(lambda: _lines(record), T, "the job starting", log)
+        # Frozen, not dead: its process exists, so only its lapsed lease can tell.
+        _signal_tree(frozen.pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        worker = start_worker(db, str(tmp_path / "behind.log"), "--max-workers", "1", env=_shifted(tmp_path, -90))
+        # A worker 90 s behind would think the lease had 93 s left; on the server's clock it has ttl.
+        _wait_for(lambda: len(_lines(record)) == 2, ttl + 15, "the frozen executor's job rerun", str(tmp_path / "behind.log"))
+        assert time.monotonic() - stopped < ttl + 15
+        outcomes = [a.outcome for a in db.attempts()]
+        assert outcomes[0] == "lease expired", outcomes
+    finally:
+        _stop(frozen)
+        if worker is not None:
+            _stop(worker)
+
+
+def test_a_killed_executors_job_on_this_host_is_rerun_within_seconds(db, tmp_path):
+    record = tmp_path / "runs"
+    # A lease that would keep the job for a minute: only the registry can tell sooner.
+    victim, log = _driver(db, tmp_path, "victim", "record", record, 60, lease_ttl=60.0)
+    try:
+        _wait_for(lambda: _lines(record), T, "the job starting", log)
+    except BaseException:
+        _stop(victim)
+        raise
+    _signal_tree(victim.pid, signal.SIGKILL)
+    victim.wait(10)
+    killed = time.monotonic()
+    ex = DBExecutor.attach(db.url, max_workers=1, **{**db.options, "lease_ttl": 60.0})
+    db.executors.append(ex)
+    took = _wait_for(lambda: len(_lines(record)) == 2, 5.0, "the job rerun after its executor was killed")
+    assert took < 5.0
+    (job,) = db.jobs()
+    (first, *_) = db.attempts(job.id)
+    assert first.outcome == "executor died" and first.attempt == 1
+    store = db.store()
+    try:
+        listed = {e.name: e for e in store.executors()}
+    finally:
+        store.close()
+    dead = [e for e in listed.values() if not e.alive]
+    assert len(dead) == 1 and dead[0].stopped_at is not None and dead[0].pid == victim.pid
+    assert any(e.alive and e.pid == os.getpid() for e in listed.values())
+    del killed
