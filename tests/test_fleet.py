@@ -8,6 +8,7 @@ within seconds, not a lease TTL.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -20,7 +21,7 @@ import psutil
 import pytest
 
 import jobs
-from clitools import cli_env, start_worker
+from clitools import cli, cli_env, start_worker
 from conftest import FAST
 from dbexecutor import DBExecutor
 from test_faults import DRIVER, _tail
@@ -72,8 +73,6 @@ def _signal_tree(pid: int, sig: int) -> None:
 
 
 def _driver(db: Any, tmp_path: Path, name: str, *args: Any, **options: Any) -> tuple[subprocess.Popen[bytes], str]:
-    import json
-
     log = str(tmp_path / f"{name}.log")
     opts = {**db.options, "max_workers": 1, **options}
     with open(log, "ab") as out:
@@ -147,7 +146,11 @@ def test_a_killed_executors_job_on_this_host_is_rerun_within_seconds(db, tmp_pat
         raise
     _signal_tree(victim.pid, signal.SIGKILL)
     victim.wait(10)
-    killed = time.monotonic()
+    # Before anyone rescues it, status says whose job it is and that it will be rescued at once.
+    status = cli(db, "status", "--json")
+    (held,) = json.loads(status.stdout)["running"]
+    assert (held["worker_alive"], held["rescue_in"]) == (False, 0.0), held
+    assert "(dead; rescued at the next look)" in cli(db, "status").stdout
     ex = DBExecutor.attach(db.url, max_workers=1, **{**db.options, "lease_ttl": 60.0})
     db.executors.append(ex)
     took = _wait_for(lambda: len(_lines(record)) == 2, 5.0, "the job rerun after its executor was killed")
@@ -163,4 +166,3 @@ def test_a_killed_executors_job_on_this_host_is_rerun_within_seconds(db, tmp_pat
     dead = [e for e in listed.values() if not e.alive]
     assert len(dead) == 1 and dead[0].stopped_at is not None and dead[0].pid == victim.pid
     assert any(e.alive and e.pid == os.getpid() for e in listed.values())
-    del killed

@@ -229,7 +229,7 @@ def _print_status(data: dict[str, Any], out: TextIO) -> None:
         out.write("running\n")
         _table(
             ["ID", "STATE", "GROUP", "FUNCTION", "WORKER", "ATTEMPT", "AGE"],
-            [[r["id"], r["state"], r["group"], _short(r["function"], 50), r["worker"] or "-", r["attempt"], _age(r["age"])] for r in data["running"]],
+            [[r["id"], r["state"], r["group"], _short(r["function"], 50), _holder(r), r["attempt"], _age(r["age"])] for r in data["running"]],
             out,
         )
         out.write("\n")
@@ -238,6 +238,16 @@ def _print_status(data: dict[str, Any], out: TextIO) -> None:
         out.write(f"oldest ready: job {oldest['id']} ({_short(oldest['function'], 60)}, group {oldest['group']}) waiting {_age(oldest['age'])}\n")
     else:
         out.write("oldest ready: none\n")
+
+
+def _holder(job: dict[str, Any]) -> str:
+    """Who holds a running job, and if that executor is dead, when the job will be rescued."""
+    worker = job["worker"] or "-"
+    if job.get("worker_alive") is False:
+        rescue = job.get("rescue_in")
+        when = "at the next look" if not rescue else f"in {_age(rescue)}"
+        return f"{worker} (dead; rescued {when})"
+    return worker
 
 
 def cmd_status(store: Store, args: argparse.Namespace, out: TextIO) -> int:

@@ -188,7 +188,12 @@ class StateCounts:
 
 @dataclass(frozen=True)
 class RunningJob:
-    """A leased or running job: who holds it, which attempt, for how long (seconds, None before it started)."""
+    """A leased or running job: who holds it, which attempt, for how long (seconds, None before it started).
+
+    ``worker_alive``: whether its executor is alive (None: not in the registry).
+    ``rescue_in``: if it is dead, seconds until the job is put back to ready
+    (0: at the next look of any executor).
+    """
 
     id: int
     function: str
@@ -197,6 +202,8 @@ class RunningJob:
     worker: str | None
     attempt: int
     age: float | None
+    worker_alive: bool | None = None
+    rescue_in: float | None = None
 
 
 @dataclass(frozen=True)

@@ -488,7 +488,7 @@ class Store:
 
     def status(self, now: float, running_limit: int = 50) -> StatusReport:
         """Counts per state and per group, the running jobs, and the oldest ready job."""
-        return self._read(admin.status, now, running_limit)  # type: ignore[no-any-return]
+        return self._read(admin.status, now, hosts.hostname(), hosts.process_alive, running_limit)  # type: ignore[no-any-return]
 
     def list_jobs(self, **filters: Any) -> list[JobSummary]:
         """Jobs matching every given filter, newest first (see :func:`admin.list_jobs`)."""

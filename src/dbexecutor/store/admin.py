@@ -22,6 +22,7 @@ from ..records import (
     StateCounts,
     StatusReport,
 )
+from . import fleet
 from .context import Context
 
 __all__ = ["status", "list_jobs", "job_detail", "groups", "configure_group", "purge_batch", "KEEP"]
@@ -30,19 +31,30 @@ __all__ = ["status", "list_jobs", "job_detail", "groups", "configure_group", "pu
 KEEP: Any = object()
 
 
-def status(ctx: Context, conn: Connection, now: float, running_limit: int = 50) -> StatusReport:
-    """Counts per state and per group, the running jobs, and the oldest ready job."""
+def status(
+    ctx: Context, conn: Connection, now: float, host: str, alive_here: fleet.Liveness, running_limit: int = 50
+) -> StatusReport:
+    """Counts per state and per group, the running jobs (and whether their executor lives), the oldest ready job."""
     states = {s: int(n) for s, n in conn.execute(ctx.sql.count_states)}
     per_group: dict[str, dict[str, int]] = {}
     for g, st, n in conn.execute(ctx.sql.count_group_states):
         per_group.setdefault(g, {})[st] = int(n)
-    running = [
-        RunningJob(
-            int(r.id), r.fn_name, r.state, r.group_key, r.lease_owner, int(r.attempt),
-            None if r.started_at is None else max(0.0, now - r.started_at),
+    owners = {e.name: e for e in fleet.listed(ctx, conn, now, host, alive_here)}
+    running = []
+    for r in conn.execute(ctx.sql.running_jobs, {"p_limit": running_limit}):
+        owner = owners.get(r.lease_owner)
+        rescue_in = None
+        if owner is not None and not owner.alive:
+            # Found dead on its machine: rescued at the next look; otherwise when its lease runs out.
+            rescue_in = 0.0 if owner.rescue_in == 0.0 else max(0.0, (r.lease_expires or now) - now)
+        running.append(
+            RunningJob(
+                int(r.id), r.fn_name, r.state, r.group_key, r.lease_owner, int(r.attempt),
+                None if r.started_at is None else max(0.0, now - r.started_at),
+                None if owner is None else owner.alive,
+                rescue_in,
+            )
         )
-        for r in conn.execute(ctx.sql.running_jobs, {"p_limit": running_limit})
-    ]
     oldest = conn.execute(ctx.sql.oldest_ready).first()
     return StatusReport(
         states=StateCounts.of(states),

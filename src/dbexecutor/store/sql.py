@@ -612,7 +612,9 @@ class Statements:
         """Up to ``p_limit`` leased or running jobs, longest running first."""
         j = self.tables.jobs
         return (
-            select(j.c.id, j.c.fn_name, j.c.state, j.c.group_key, j.c.lease_owner, j.c.attempt, j.c.started_at)
+            select(
+                j.c.id, j.c.fn_name, j.c.state, j.c.group_key, j.c.lease_owner, j.c.attempt, j.c.started_at, j.c.lease_expires
+            )
             .where(self.active)
             .order_by(j.c.started_at, j.c.id)
             .limit(_p("limit", type_=Integer))
