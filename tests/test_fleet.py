@@ -166,3 +166,36 @@ def test_a_killed_executors_job_on_this_host_is_rerun_within_seconds(db, tmp_pat
     dead = [e for e in listed.values() if not e.alive]
     assert len(dead) == 1 and dead[0].stopped_at is not None and dead[0].pid == victim.pid
     assert any(e.alive and e.pid == os.getpid() for e in listed.values())
+
+
+def test_work_submitted_elsewhere_starts_without_waiting_for_a_poll(db, tmp_path):
+    """Each side polls only every 30 s: a job that runs and comes back within seconds was woken up.
+
+    On PostgreSQL a NOTIFY does it; on SQLite and MariaDB a datagram to each
+    registered executor (``dbexecutor.doorbell``).
+    """
+    slow = {**db.options, "poll_interval": 30.0}
+    code = (
+        "import sys, time\n"
+        "from dbexecutor import DBExecutor\n"
+        f"ex = DBExecutor({db.url!r}, 1, **{slow!r})\n"
+        "print('up', flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    log = tmp_path / "executor.log"
+    with open(log, "wb") as out:
+        runner = subprocess.Popen([sys.executable, "-c", code], stdout=out, stderr=subprocess.STDOUT, env=cli_env())
+    try:
+        store = db.store()
+        try:
+            _wait_for(lambda: any(e.alive and e.kind == "executor" for e in store.executors()), T, "the executor up", str(log))
+        finally:
+            store.close()
+        submitter = DBExecutor(db.url, 1, **{**slow, "run_jobs": False})
+        db.executors.append(submitter)
+        for i in range(3):
+            started = time.monotonic()
+            assert submitter.submit(jobs.identity, i).result(timeout=20) == i
+            assert time.monotonic() - started < 10, "nothing woke the other side: it waited for its poll"
+    finally:
+        _stop(runner)

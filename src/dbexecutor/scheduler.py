@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait as mp_wait
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -43,6 +43,7 @@ from typing import Any
 from sqlalchemy.exc import DBAPIError
 
 from . import __version__, hosts, schema
+from .doorbell import Doorbell
 from .flags import ExecutorFlags
 from .future import JobFuture
 from .pace import Pace
@@ -84,6 +85,15 @@ class Settings:
     retention: float | None = None  # seconds finished jobs are kept (None: forever)
     run_jobs: bool = True  # False: submit only, never claim (workers elsewhere run the jobs)
     kind: str = "executor"  # how the registry names it: executor, worker (submitter when run_jobs is False)
+    # Where other processes reach this one's doorbell (databases without NOTIFY); None: no doorbell.
+    # Loopback by default: executors on other machines then find work by polling (README, "Running a fleet").
+    wake_host: str | None = field(default_factory=lambda: _wake_host_from_env())
+
+
+def _wake_host_from_env() -> str | None:
+    """``$DBEXECUTOR_WAKE_HOST`` (an address of this machine that other executors can reach; ``none``: no doorbell)."""
+    value = os.environ.get("DBEXECUTOR_WAKE_HOST", "127.0.0.1").strip()
+    return None if value.lower() in ("", "none", "off") else value
 
 
 # Interpreter shutdown, as in concurrent.futures.process: stop taking work and
@@ -115,6 +125,10 @@ class Scheduler:
     def __init__(self, store: Store, settings: Settings) -> None:
         self.store = store
         self.s = settings
+        # Databases without NOTIFY: other processes wake this one with a datagram.
+        self._doorbell: Doorbell | None = None
+        if not store.driver.supports_notify and settings.wake_host:
+            self._doorbell = Doorbell(settings.wake_host, store.wake_addresses)
         #: How this process registers, and names itself in the leases it holds.
         self.registration = Registration(
             name=hosts.owner_name(),
@@ -124,9 +138,13 @@ class Scheduler:
             pid_started=hosts.process_started(),
             version=__version__,
             slots=settings.max_workers if settings.run_jobs else 0,
+            wake=None if self._doorbell is None else self._doorbell.address,
         )
         self.owner = self.registration.name
         store.register(self.registration, settings.lease_ttl)
+        if self._doorbell is not None:
+            doorbell = self._doorbell
+            store.after_commit = lambda payloads: doorbell.ring(payloads, exclude=self.owner)
         #: Shutdown and broken flags.
         self.flags = ExecutorFlags()
         #: Run-time and transaction-time averages (public so tests can pin them).
@@ -310,6 +328,9 @@ class Scheduler:
             self._give_back_claimed()
             self._wakeup.close()
             self._unregister()
+            if self._doorbell is not None:
+                self.store.after_commit = None
+                self._doorbell.close()
 
     def _tick(self, backoff: float) -> None:
         """One turn: wait for something to happen, take in what the children said, write and
@@ -348,9 +369,13 @@ class Scheduler:
         timeout = min(timeout, max(0.0, self._next_renew - now))
         if backoff:
             timeout = backoff
-        ready = set(mp_wait([self._wakeup.reader, *self._supervisor.waitables()], timeout))
+        bell = [] if self._doorbell is None else [self._doorbell.fileno()]
+        ready = set(mp_wait([self._wakeup.reader, *bell, *self._supervisor.waitables()], timeout))
         if self._wakeup.reader in ready:
             self._wakeup.consume()
+        if self._doorbell is not None and bell[0] in ready:
+            for payload in self._doorbell.read():
+                self._on_notify(payload)
         self._supervisor.handle(ready)
 
     def _supervise(self) -> None:

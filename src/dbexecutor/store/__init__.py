@@ -170,10 +170,24 @@ class Store:
         """Whether ``error`` is the database's state (down, busy, restarting) rather than a refused row."""
         return self._db.retry_later(error)
 
+    #: Called with the notifications a transaction made, after it committed, where the database
+    #: cannot deliver them itself (no NOTIFY): the scheduler rings its doorbell with them.
+    after_commit: Callable[[list[str]], None] | None = None
+
     def _txn(self, work: Callable[[Connection], Any], *, read_only: bool = False, tries: int | None = None) -> Any:
-        if tries is None:
-            return self._db.txn(work, read_only=read_only)
-        return self._db.txn(work, read_only=read_only, tries=tries)
+        unsent = self.ctx.unsent()
+
+        def attempt(conn: Connection) -> Any:
+            unsent.clear()  # a transaction tried again notifies afresh
+            return work(conn)
+
+        out = self._db.txn(attempt, read_only=read_only) if tries is None else self._db.txn(attempt, read_only=read_only, tries=tries)
+        if unsent:
+            payloads = list(unsent)
+            unsent.clear()
+            if self.after_commit is not None:
+                self.after_commit(payloads)
+        return out
 
     # -- schema ---------------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -46,6 +47,9 @@ class Context:
     groups_seen: dict[str, int | None] = field(default_factory=dict)
     #: The last claim filled every slot it had: more work is probably runnable (a hint only).
     backlog: bool = False
+    #: Notifications of the transaction running in this thread, where the database has no NOTIFY:
+    #: the store hands them to :attr:`after_commit` once the transaction has committed.
+    _unsent: threading.local = field(default_factory=threading.local)
 
     def __post_init__(self) -> None:
         self.channel = self.channel or f"{self.prefix}dbexecutor"
@@ -57,8 +61,20 @@ class Context:
         costs one notification. Payload: ``sender  flags  ids`` (tab-separated);
         ``*`` instead of ids when there are too many to list.
         """
-        if not self.driver.supports_notify or not (ready or finished):
+        if not (ready or finished):
             return
         flags = ("r" if ready else "") + ("f" if finished else "")
         ids = "*" if len(finished) > NOTIFY_IDS else ",".join(map(str, finished))
-        self.driver.notify(conn, self.channel, f"{self.sender}\t{flags}\t{ids}")
+        payload = f"{self.sender}\t{flags}\t{ids}"
+        if self.driver.supports_notify:
+            self.driver.notify(conn, self.channel, payload)
+        else:
+            # No NOTIFY here: sent by datagram (see dbexecutor.doorbell) once the transaction commits.
+            self.unsent().append(payload)
+
+    def unsent(self) -> list[str]:
+        """This thread's notifications waiting for their transaction to commit."""
+        pending: list[str] | None = getattr(self._unsent, "payloads", None)
+        if pending is None:
+            pending = self._unsent.payloads = []
+        return pending
