@@ -28,8 +28,19 @@ def test_one_job_per_child_until_recent_jobs_are_known_to_be_short():
 
 def test_long_jobs_get_no_queue_and_the_task_limit_caps_the_depth():
     pace = Pace()
-    _short_history(pace, 0.5, n=20)
+    _short_history(pace, 3.0, n=20)
     assert pace.depth() == 1
+
+
+def test_jobs_under_a_second_get_the_next_one_queued_behind_them():
+    pace = Pace()
+    _short_history(pace, 0.5, n=20)
+    assert pace.depth() == 2  # the child goes straight on when its job ends
+    _short_history(pace, 0.05, n=20)
+    assert pace.depth() == 2
+    _short_history(pace, 1.5, n=30)
+    assert pace.depth() == 1
+    assert Pace().depth() == 1  # nothing known yet
     _short_history(pace, 0.0001, n=60)
     assert pace.depth() == 128
     assert pace.depth(tasks_done=3, max_tasks_per_child=5) == 2

@@ -18,6 +18,10 @@ from dataclasses import dataclass
 __all__ = ["Pace"]
 
 _PREFETCH_BELOW = 0.05  # seconds: average run time under which a child gets more jobs queued
+# Seconds: average run time under which a child holds one job queued behind the one it runs, so it
+# goes straight on when a job ends instead of waiting for a transaction to record it and claim
+# the next (the queued job waits at most about one run time; longer jobs are not worth the wait).
+_NEXT_QUEUED_BELOW = 1.0
 _PREFETCH_WORK = 0.05  # seconds of (short) work a child may hold queued behind its running job
 _PREFETCH_MAX = 128  # at most this many jobs per child
 _PREFETCH_AFTER = 4  # results seen before the average is trusted
@@ -51,6 +55,8 @@ class Pace:
         depth = 1
         if self.results_seen >= _PREFETCH_AFTER and self.avg_run < _PREFETCH_BELOW:
             depth = max(2, min(_PREFETCH_MAX, int(_PREFETCH_WORK / max(self.avg_run, 1e-6))))
+        elif self.results_seen >= _PREFETCH_AFTER and self.avg_run < _NEXT_QUEUED_BELOW:
+            depth = 2
         if max_tasks_per_child:
             depth = min(depth, max_tasks_per_child - tasks_done)
         return depth

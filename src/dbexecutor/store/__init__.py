@@ -433,9 +433,13 @@ class Store:
 
     def rescue_dead_here(self) -> dict[str, list[int]]:
         """Rescue the jobs of executors on this machine whose process is gone: ``{name: job ids}``."""
-        return self._txn(  # type: ignore[no-any-return]
-            lambda conn: fleet.rescue_here(self.ctx, conn, hosts.hostname(), hosts.process_alive, self.now())
+        # A read first (on SQLite a write transaction takes the one write lock): usually nobody died.
+        dead = self._txn(
+            lambda conn: fleet.dead_here(self.ctx, conn, hosts.hostname(), hosts.process_alive), read_only=True
         )
+        if not dead:
+            return {}
+        return self._txn(lambda conn: fleet.rescue(self.ctx, conn, dead, self.now()))  # type: ignore[no-any-return]
 
     def forget_dead(self, keep: float) -> int:
         """Delete registrations dead for longer than ``keep`` seconds that hold no job; how many."""

@@ -6,7 +6,7 @@ on its heartbeat interval, in the transaction that renews the leases of all
 its jobs. Its jobs name it as their ``lease_owner``. One that stops cleanly
 marks itself stopped. One that dies stops beating: after ``lease_ttl`` its
 jobs' leases have run out and anyone reclaims them; and on its own machine
-any other executor knows at once that its process is gone (:func:`rescue_here`),
+any other executor knows at once that its process is gone (:func:`dead_here`, :func:`rescue`),
 so its jobs go back to ready within seconds, not a TTL.
 """
 
@@ -21,7 +21,7 @@ from ..records import ExecutorInfo, Registration
 from .context import Context, chunks
 from .transitions import AttemptRow, record_attempts
 
-__all__ = ["register", "beat", "stop", "listed", "rescue_here", "forget", "wake_addresses"]
+__all__ = ["register", "beat", "stop", "listed", "dead_here", "rescue", "forget", "wake_addresses"]
 
 #: Tells whether a process of this machine is alive: ``(pid, pid_started) -> bool``.
 Liveness = Callable[[int, "float | None"], bool]
@@ -65,14 +65,16 @@ def listed(ctx: Context, conn: Connection, now: float, host: str, alive_here: Li
     return out
 
 
-def rescue_here(ctx: Context, conn: Connection, host: str, alive_here: Liveness, now: float) -> dict[str, list[int]]:
-    """Mark dead the executors of ``host`` whose process is gone, and put the jobs they held back to ready.
+def dead_here(ctx: Context, conn: Connection, host: str, alive_here: Liveness) -> list[str]:
+    """The executors of ``host`` not marked stopped whose process is gone (a read)."""
+    return [r.name for r in conn.execute(ctx.sql.executors_here, {"p_host": host}) if not alive_here(r.pid, r.pid_started)]
+
+
+def rescue(ctx: Context, conn: Connection, dead: list[str], now: float) -> dict[str, list[int]]:
+    """Mark the executors ``dead`` stopped and put the jobs they held back to ready.
 
     Returns ``{dead executor's name: ids of the jobs rescued from it}``.
     """
-    dead = [r.name for r in conn.execute(ctx.sql.executors_here, {"p_host": host}) if not alive_here(r.pid, r.pid_started)]
-    if not dead:
-        return {}
     rows = conn.execute(ctx.sql.jobs_held_by, {"p_names": dead}).all()
     for part in chunks([int(r.id) for r in rows]):
         conn.execute(ctx.sql.rescue, {"p_ids": list(part), "p_names": dead})
