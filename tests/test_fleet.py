@@ -178,7 +178,7 @@ def test_work_submitted_elsewhere_starts_without_waiting_for_a_poll(db, tmp_path
     code = (
         "import sys, time\n"
         "from dbexecutor import DBExecutor\n"
-        f"ex = DBExecutor({db.url!r}, 1, **{slow!r})\n"
+        f"ex = DBExecutor({db.url!r}, 1, queues='*', **{slow!r})\n"
         "print('up', flush=True)\n"
         "time.sleep(120)\n"
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import inspect, insert, select, update
+from sqlalchemy import Column, Index, Integer, MetaData, String, Table, inspect, insert, select, update
 
 import jobs
 from dbexecutor import DependencyFailed, schema, serialization
@@ -27,10 +27,17 @@ def _downgrade_to_v2(db: Any) -> None:
     """Make this test's fresh tables look exactly like version 2's."""
     store = db.store()
     try:
+        j = store.tables.jobs
+        (ready_q,) = [ix for ix in j.indexes if ix.name.endswith("ix_jobs_ready_q")]
+        ready_q.drop(store.engine)  # version 5's index, led by the queue
         with store.engine.begin() as conn:
             quote = conn.dialect.identifier_preparer.quote
-            for name in _NEW_COLUMNS:
-                conn.exec_driver_sql(f"ALTER TABLE {quote(store.tables.jobs.name)} DROP COLUMN {quote(name)}")
+            for name in (*_NEW_COLUMNS, "queue"):
+                conn.exec_driver_sql(f"ALTER TABLE {quote(j.name)} DROP COLUMN {quote(name)}")
+        # Version 2's ready index, without the queue (on a throwaway table object).
+        old = Table(j.name, MetaData(), Column("group_key", String(255)), Column("priority", Integer), Column("id", Integer))
+        Index(f"{db.prefix}ix_jobs_ready", old.c.group_key, old.c.priority, old.c.id).create(store.engine)
+        with store.engine.begin() as conn:
             meta = store.tables.meta
             conn.execute(update(meta).where(meta.c.name == "schema_version").values(value="2"))
         store.tables.executors.drop(store.engine)  # version 4's table
@@ -106,6 +113,9 @@ def test_a_version_2_database_is_upgraded_and_its_jobs_run(db):
         assert version == str(schema.SCHEMA_VERSION)
         with upgraded.engine.connect() as conn:
             assert inspect(conn).has_table(upgraded.tables.executors.name)
+            indexes = {ix["name"] for ix in inspect(conn).get_indexes(j.name)}
+        assert f"{db.prefix}ix_jobs_ready_q" in indexes and f"{db.prefix}ix_jobs_ready" not in indexes
+        assert db.row(consumer).queue == "default"
         assert db.row(victim).failed_upstream == failed  # read from the error text, once
         assert db.row(consumer).arg_refs is None  # not recorded: its executor passes every upstream result
 

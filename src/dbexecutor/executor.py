@@ -26,6 +26,7 @@ from . import schema, serialization
 from .durations import Duration, seconds
 from .child import run_chunk as _run_chunk  # also the name rows written before it moved refer to
 from .future import JobFuture
+from .queues import EVERY, check_name, program_queue, serving
 from .pool import default_context, default_workers
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
 from .records import GroupInfo, NewJob
@@ -84,6 +85,7 @@ class JobOptions:
 
     key: str | None = None
     group: str = schema.DEFAULT_GROUP
+    queue: str | None = None
     weight: int | None = None
     priority: int = 0
     timeout: float | None = None
@@ -100,6 +102,8 @@ class JobOptions:
             raise ValueError("key must be a non-empty string of at most 255 characters")
         if not isinstance(self.group, str) or not 0 < len(self.group) <= 255:
             raise ValueError("group must be a non-empty string of at most 255 characters")
+        if self.queue is not None:
+            check_name(self.queue)
         if self.weight is not None and (not isinstance(self.weight, int) or self.weight < 1):
             raise ValueError("weight must be an integer >= 1")
         if not isinstance(self.priority, int):
@@ -406,6 +410,7 @@ class DBExecutor(Executor):
         run_jobs: bool = True,
         durable_submit: bool = False,
         listen_url: str | None = None,
+        queues: str | Iterable[str] | None = None,
     ) -> None:
         # Checked before anything is built: DBExecutor(os.environ.get("URL")) should say what is missing.
         if not isinstance(url, (str, URL)):
@@ -453,7 +458,11 @@ class DBExecutor(Executor):
             poll_interval=poll,
             retention=keep,
             run_jobs=run_jobs,
+            queues=serving(queues, default=tuple(dict.fromkeys((program_queue(), schema.DEFAULT_QUEUE)))),
         )
+        #: Where this executor's jobs go unless ``options(queue=...)`` says otherwise: the first queue
+        #: it was given, else the one named after this program (see :mod:`dbexecutor.queues`).
+        self.queue = settings.queues[0] if queues is not None and settings.queues else program_queue()
         self._scheduler = Scheduler(self._store, settings)
         self._max_workers = max_workers
         self._durable_submit = durable_submit
@@ -467,11 +476,14 @@ class DBExecutor(Executor):
 
     @classmethod
     def attach(cls, url: str, **options: Any) -> DBExecutor:
-        """Open an existing database and resume its unfinished jobs.
+        """Open an existing database and resume its unfinished jobs, whatever their queue.
 
-        Expired leases are reclaimed by the first tick; :meth:`futures`,
-        :meth:`future` and :meth:`future_for_key` hand back futures.
+        It serves every queue unless ``queues=`` says otherwise. Expired
+        leases, and the jobs of executors on this machine that died, are
+        rescued by its first tick; :meth:`futures`, :meth:`future` and
+        :meth:`future_for_key` hand back futures.
         """
+        options.setdefault("queues", EVERY)
         return cls(url, **options)
 
     def future(self, job_id: int | None = None, *, key: str | None = None) -> JobFuture[Any]:
@@ -654,6 +666,7 @@ class DBExecutor(Executor):
             refs=tuple(dict.fromkeys(refs)),
             key=opts.key,
             group=opts.group,
+            queue=opts.queue if opts.queue is not None else self.queue,
             weight=opts.weight,
             priority=opts.priority,
             timeout=opts.timeout,

@@ -62,6 +62,7 @@ class NewJob:
     deps: tuple[int, ...]
     key: str | None = None
     group: str = states.DEFAULT_GROUP
+    queue: str = states.DEFAULT_QUEUE
     weight: int | None = None  # set the group's weight (None: leave it as configured)
     priority: int = 0
     timeout: float | None = None
@@ -225,6 +226,7 @@ class StatusReport:
     groups: dict[str, StateCounts]
     running: list[RunningJob]
     oldest_ready: OldestReady | None
+    queues: dict[str, StateCounts] = field(default_factory=dict)
 
     @property
     def total(self) -> int:
@@ -237,6 +239,7 @@ class StatusReport:
             "states": self.states.as_dict(),
             "total": self.total,
             "groups": {g: c.as_dict() for g, c in sorted(self.groups.items())},
+            "queues": {q: c.as_dict() for q, c in sorted(self.queues.items())},
             "running": [asdict(r) for r in self.running],
             "oldest_ready": None if self.oldest_ready is None else asdict(self.oldest_ready),
         }
@@ -248,6 +251,7 @@ class JobSummary:
 
     id: int
     state: str
+    queue: str
     group: str
     function: str
     key: str | None
@@ -308,6 +312,7 @@ class Registration:
     version: str
     slots: int
     wake: str | None = None  # host:port where a datagram wakes it
+    queues: tuple[str, ...] | None = ()  # the queues it serves (None: every queue)
 
 
 @dataclass(frozen=True)
@@ -325,6 +330,7 @@ class ExecutorInfo:
     pid: int
     version: str
     slots: int
+    queues: list[str] | None  # None: every queue
     started_at: float
     last_beat: float
     stopped_at: float | None

@@ -49,7 +49,9 @@ from .future import JobFuture
 from .pace import Pace
 from .registry import Registry
 from .records import Claimed, Final, Finished, NewJob, Registration, Report, Submitted
+from .states import DEFAULT_QUEUE
 from .store import Store
+from .store.sql import Scope
 from .submitqueue import Item, SubmitQueue, short_error
 from .supervisor import Supervisor
 from .wakeup import DueTimes, Wakeup
@@ -85,6 +87,7 @@ class Settings:
     retention: float | None = None  # seconds finished jobs are kept (None: forever)
     run_jobs: bool = True  # False: submit only, never claim (workers elsewhere run the jobs)
     kind: str = "executor"  # how the registry names it: executor, worker (submitter when run_jobs is False)
+    queues: tuple[str, ...] | None = (DEFAULT_QUEUE,)  # the queues it claims from (None: every queue)
     # Where other processes reach this one's doorbell (databases without NOTIFY); None: no doorbell.
     # Loopback by default: executors on other machines then find work by polling (README, "Running a fleet").
     wake_host: str | None = field(default_factory=lambda: _wake_host_from_env())
@@ -139,6 +142,7 @@ class Scheduler:
             version=__version__,
             slots=settings.max_workers if settings.run_jobs else 0,
             wake=None if self._doorbell is None else self._doorbell.address,
+            queues=settings.queues if settings.run_jobs else (),
         )
         self.owner = self.registration.name
         store.register(self.registration, settings.lease_ttl)
@@ -463,7 +467,9 @@ class Scheduler:
             if not items and not self._reports:
                 if limit > 0:
                     probe = not self._wakeup.take_work_hint()
-                    self._claimed += self.store.claim(self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe)
+                    self._claimed += self.store.claim(
+                        self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe, scope=self._scope()
+                    )
                 return
             written = self._commit(items, limit)
         if written is not None:
@@ -474,7 +480,8 @@ class Scheduler:
         try:
             started = time.monotonic()
             inserted, done, claimed = self.store.finish_and_claim(
-                self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), [job for job, _ in items]
+                self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), [job for job, _ in items],
+                self._scope(),
             )
             if self._reports:
                 self.pace.tick_recorded(time.monotonic() - started)
@@ -499,6 +506,10 @@ class Scheduler:
             log.info("job %d failed and will be retried", jid)
         for final in done.finals:
             self._registry.resolve(final)
+
+    def _scope(self) -> Scope:
+        """What this executor may claim: its queues."""
+        return Scope(self.s.queues)
 
     def _free_slots(self) -> int:
         if not self.s.run_jobs:

@@ -41,9 +41,10 @@ from sqlalchemy import (
 from .dialects.types import JOBS_OPTIONS, TABLE_OPTIONS, Blob, Id, LongText, partial
 
 #: Version 3 added ``arg_refs``, ``failed_upstream`` and ``retry_delay`` to ``jobs``;
-#: version 4 the ``executors`` table (``dbexecutor.store.migrations`` upgrades
+#: version 4 the ``executors`` table; version 5 queues (``jobs.queue``,
+#: ``executors.queues``, the ready index led by the queue) (``dbexecutor.store.migrations`` upgrades
 #: tables of version 2 and later in place when it opens them).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # The states live in their own module (no database code) and are re-exported here.
 from .states import (  # noqa: E402
@@ -51,6 +52,7 @@ from .states import (  # noqa: E402
     ALL_STATES,
     CANCELLED,
     DEFAULT_GROUP,
+    DEFAULT_QUEUE,
     DONE,
     FAILED,
     FINAL_STATES,
@@ -67,7 +69,7 @@ _Id, _Blob, _Text = Id, Blob, LongText
 
 __all__ = [
     "SCHEMA_VERSION", "Tables", "make_tables", "validate_prefix", "ACTIVE_STATES", "ALL_STATES", "CANCELLED",
-    "DEFAULT_GROUP", "DONE", "FAILED", "FINAL_STATES", "LEASED", "PENDING_STATES", "READY", "RUNNING", "WAITING",
+    "DEFAULT_GROUP", "DEFAULT_QUEUE", "DONE", "FAILED", "FINAL_STATES", "LEASED", "PENDING_STATES", "READY", "RUNNING", "WAITING",
 ]
 
 
@@ -114,6 +116,8 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         Column("error", _Text, nullable=True),  # "Type: message" of the final exception, for people
         Column("job_key", String(255), nullable=True),
         Column("group_key", String(255), nullable=False, server_default=DEFAULT_GROUP),
+        # Which executors may run it: those that serve this queue.
+        Column("queue", String(255), nullable=False, server_default=DEFAULT_QUEUE),
         Column("batch", Integer, nullable=False, server_default="0"),  # 1: a container that never runs
         Column("priority", Integer, nullable=False, server_default="0"),
         Column("timeout", Double, nullable=True),
@@ -138,17 +142,20 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         UniqueConstraint("job_key", name=f"{prefix}uq_jobs_key"),
         **JOBS_OPTIONS,
     )
-    # The claim asks each group for its best ready rows: (group, priority, age).
+    # The claim asks each group, in each queue it serves, for its best ready
+    # rows: (queue, group, priority, age). (Version 4 and earlier had
+    # ix_jobs_ready, without the queue; the upgrade to 5 replaces it.)
     if partial_indexes:
         Index(
-            f"{prefix}ix_jobs_ready",
+            f"{prefix}ix_jobs_ready_q",
+            jobs.c.queue,
             jobs.c.group_key,
             jobs.c.priority.desc(),
             jobs.c.id,
             **partial(text("state = 'ready'")),
         )
     else:
-        Index(f"{prefix}ix_jobs_ready", jobs.c.state, jobs.c.group_key, jobs.c.priority.desc(), jobs.c.id)
+        Index(f"{prefix}ix_jobs_ready_q", jobs.c.state, jobs.c.queue, jobs.c.group_key, jobs.c.priority.desc(), jobs.c.id)
     # Reclaim looks for expired leases among leased/running rows. Partial where
     # possible, so that no planner prefers it over the ready index for a claim.
     active = text("state IN ('leased', 'running')")
@@ -210,6 +217,7 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         Column("pid_started", Double, nullable=True),  # the process's start time on its host: tells a reused pid
         Column("version", String(32), nullable=False),
         Column("slots", Integer, nullable=False),  # child processes it may run (0: submits only)
+        Column("queues", _Text, nullable=True),  # the queues it serves, comma-separated (NULL: every queue)
         Column("wake", String(255), nullable=True),  # where a datagram wakes it (host:port), if anywhere
         Column("started_at", Double, nullable=False),
         Column("last_beat", Double, nullable=False),

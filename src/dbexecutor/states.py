@@ -11,7 +11,7 @@ from __future__ import annotations
 
 __all__ = [
     "WAITING", "READY", "LEASED", "RUNNING", "DONE", "FAILED", "CANCELLED",
-    "ACTIVE_STATES", "FINAL_STATES", "PENDING_STATES", "ALL_STATES", "DEFAULT_GROUP",
+    "ACTIVE_STATES", "FINAL_STATES", "PENDING_STATES", "ALL_STATES", "DEFAULT_GROUP", "DEFAULT_QUEUE",
 ]
 
 WAITING = "waiting"  # some upstream job is not done yet
@@ -29,3 +29,5 @@ ALL_STATES = (WAITING, READY, LEASED, RUNNING, DONE, FAILED, CANCELLED)
 
 #: The group of jobs submitted without one.
 DEFAULT_GROUP = "default"
+#: The queue of rows written before queues existed, and of programs that have no name of their own.
+DEFAULT_QUEUE = "default"

@@ -33,6 +33,7 @@ from . import serialization
 from .dialects import resolve
 from .durations import parse_duration
 from .pool import default_context, default_workers
+from .queues import serving
 from .scheduler import Scheduler, Settings
 from .store import Store, masked_url
 
@@ -76,6 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listen-url", default=os.environ.get("DBEXECUTOR_LISTEN_URL") or None, metavar="URL",
                    help="PostgreSQL behind a transaction pooler (PgBouncer): a direct URL of the server for the LISTEN "
                         "connection (default $DBEXECUTOR_LISTEN_URL; without it, such a worker polls)")
+    p.add_argument("--queue", action="append", default=None, metavar="NAME", dest="queues",
+                   help="serve this queue (repeatable; default: every queue, also written --queue '*')")
     p.add_argument("--path", action="append", default=[], metavar="DIR",
                    help="put DIR on sys.path so job functions can be imported (repeatable)")
     p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -93,6 +96,10 @@ def _configure_logging(level: str) -> None:
 
 def _refusal(args: argparse.Namespace) -> tuple[int, str] | None:
     """Why this worker must not start, with its exit status; None if it may."""
+    try:
+        serving(args.queues, default=None)
+    except ValueError as error:
+        return _EXIT_USAGE, f"--queue: {error}"
     for path in args.path:
         if not os.path.isdir(path):
             what = "is not a directory" if os.path.exists(path) else "does not exist"
@@ -138,8 +145,10 @@ def run_worker(args: argparse.Namespace) -> int:
         )
         sched = Scheduler(store, _settings(args))
         log.warning(
-            "worker %s serving %s prefix %r with up to %d children%s%s",
-            sched.owner, masked_url(store.url), args.prefix, sched.s.max_workers,
+            "worker %s serving %s prefix %r, %s, with up to %d children%s%s",
+            sched.owner, masked_url(store.url), args.prefix,
+            "every queue" if sched.s.queues is None else "queue(s) " + ", ".join(sched.s.queues),
+            sched.s.max_workers,
             ", payloads must be signed" if store.signer.enabled else "",
             f", listening at {masked_url(store.listen_url)}" if store.listen_url is not None else "",
         )
@@ -179,4 +188,5 @@ def _settings(args: argparse.Namespace) -> Settings:
         poll_interval=args.poll_interval,
         retention=args.retention,
         kind="worker",
+        queues=serving(args.queues, default=None),
     )

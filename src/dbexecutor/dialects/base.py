@@ -208,8 +208,10 @@ class Driver:
         job_id = int(conn.execute(stmt, params).lastrowid)
         return job_id, str(conn.execute(select(table.c.state).where(table.c.id == job_id)).scalar_one())
 
-    def lease_rows(self, conn: Connection, sql: Statements, params: dict[str, Any]) -> list[Claimed]:
-        """Lease the ``p_limit`` best runnable rows of group ``p_group`` (skipping rows another claim holds).
+    def lease_rows(
+        self, conn: Connection, sql: Statements, params: dict[str, Any], scope: tuple[bool, bool] = (False, False)
+    ) -> list[Claimed]:
+        """Lease the ``p_limit`` best runnable rows of group ``p_group`` in the claim's scope (skipping rows another claim holds).
 
         With ``UPDATE ... RETURNING`` one statement leases the rows the pick
         selects and reads them back; otherwise the pick locks them and an
@@ -217,9 +219,9 @@ class Driver:
         """
         if self.update_returning:
             # RETURNING has no order: sort as the pick did.
-            leased = sorted(conn.execute(sql.lease_picked, params).all(), key=lambda r: (-r.priority, r.id))
+            leased = sorted(conn.execute(sql.lease_picked(scope), params).all(), key=lambda r: (-r.priority, r.id))
             return [_claimed(r, r.attempt) for r in leased]
-        picked = conn.execute(sql.pick, params).all()
+        picked = conn.execute(sql.pick(scope), params).all()
         if picked:
             conn.execute(sql.lease_ids, {**params, "p_ids": [int(r.id) for r in picked]})
         return [_claimed(r, r.attempt + 1) for r in picked]

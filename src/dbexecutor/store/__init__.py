@@ -58,7 +58,7 @@ from .clock import Clock
 from .context import Context
 from .database import Database, masked_url
 from .migrations import SchemaReport
-from .sql import Statements
+from .sql import DEFAULT_SCOPE, Scope, Statements
 
 __all__ = ["Store", "SchemaReport", "masked_url", "worker_name"]
 
@@ -266,12 +266,14 @@ class Store:
 
     # -- claim and the scheduler's tick ---------------------------------------------------------------
 
-    def runnable_groups(self, now: float) -> list[str]:
-        """Names of the groups with runnable work (a read that takes no write lock)."""
-        return self._txn(lambda conn: claim.runnable_groups(self.ctx, conn, now), read_only=True)  # type: ignore[no-any-return]
+    def runnable_groups(self, now: float, scope: Scope = DEFAULT_SCOPE) -> list[str]:
+        """Names of the groups with runnable work in ``scope`` (a read that takes no write lock)."""
+        return self._txn(lambda conn: claim.runnable_groups(self.ctx, conn, now, scope), read_only=True)  # type: ignore[no-any-return]
 
-    def claim(self, owner: str, limit: int, ttl: float, now: float, *, probe: bool = True) -> list[Claimed]:
-        """Lease up to ``limit`` ready jobs in one transaction: fair share over groups, then priority, then age.
+    def claim(
+        self, owner: str, limit: int, ttl: float, now: float, *, probe: bool = True, scope: Scope = DEFAULT_SCOPE
+    ) -> list[Claimed]:
+        """Lease up to ``limit`` ready jobs of ``scope`` in one transaction: fair share over groups, then priority, then age.
 
         With ``probe``, looks first, without a write lock, whether anything is
         runnable: an idle poll is one indexed read, also on SQLite. Without it
@@ -279,10 +281,10 @@ class Store:
         """
         if limit <= 0:
             return []
-        if probe and not self.runnable_groups(now):
+        if probe and not self.runnable_groups(now, scope):
             self.ctx.backlog = False
             return []
-        out: list[Claimed] = self._txn(lambda conn: claim.claim(self.ctx, conn, owner, limit, ttl, now))
+        out: list[Claimed] = self._txn(lambda conn: claim.claim(self.ctx, conn, owner, limit, ttl, now, scope))
         self.ctx.backlog = len(out) >= limit
         return out
 
@@ -294,6 +296,7 @@ class Store:
         ttl: float,
         now: float,
         new: Sequence[NewJob] = (),
+        scope: Scope = DEFAULT_SCOPE,
     ) -> tuple[list[Submitted], Finished, list[Claimed]]:
         """One scheduler tick in one commit: insert ``new`` jobs, record how attempts ended, then claim.
 
@@ -304,13 +307,20 @@ class Store:
         when the claim could pick nothing else: one job by one ``INSERT``
         that checks and leases; a burst after one cheap read (skipped while
         the last claim left work behind, when it would only find that again).
+        ``scope``: the queues this executor serves and the functions it skips.
         """
         direct = (
             limit > 0
             and bool(new)
             and not reports
             and len({job.group for job in new}) == 1
-            and all(job.leasable and (job.run_after is None or job.run_after <= now) for job in new)
+            and all(
+                job.leasable
+                and (job.run_after is None or job.run_after <= now)
+                and scope.serves(job.queue)
+                and job.fn_name not in scope.skip
+                for job in new
+            )
         )
         ctx = self.ctx
 
@@ -320,8 +330,8 @@ class Store:
             if new:
                 groups = submit.ensure_groups(ctx, conn, new)
                 if direct and len(new) == 1:
-                    inserted = [submit.insert_leased(ctx, conn, new[0], owner, ttl, now)]
-                elif direct and not ctx.backlog and submit.nothing_runnable(ctx, conn, new[0].group, now):
+                    inserted = [submit.insert_leased(ctx, conn, new[0], owner, ttl, now, scope)]
+                elif direct and not ctx.backlog and submit.nothing_runnable(ctx, conn, new[0].group, now, scope):
                     inserted = submit.insert_many(ctx, conn, new, now, lease=(owner, ttl, limit))
                 else:
                     inserted = submit.insert_many(ctx, conn, new, now)
@@ -330,7 +340,7 @@ class Store:
             # else was runnable): then there is nothing more to claim.
             claimed = submit.leased_on_insert(new, inserted)
             if limit > 0 and not claimed:
-                claimed = claim.claim(ctx, conn, owner, limit, ttl, now)
+                claimed = claim.claim(ctx, conn, owner, limit, ttl, now, scope)
             # New rows this transaction claimed itself are nobody else's news.
             submit.notify_changes(ctx, conn, new, inserted, now, done, taken={c.job_id for c in claimed})
             return inserted, done, claimed, groups
@@ -350,15 +360,21 @@ class Store:
         """
         now = time.time()
         sql = self.ctx.sql
-        params = {"p_group": schema.DEFAULT_GROUP, "p_now": now, "p_owner": "explain", "p_expires": now, "p_limit": limit}
+        scope = DEFAULT_SCOPE
+        params = {
+            "p_group": schema.DEFAULT_GROUP, "p_now": now, "p_owner": "explain", "p_expires": now, "p_limit": limit,
+            **scope.params(),
+        }
         lease, lease_params = (
-            (sql.lease_picked, params) if self.driver.update_returning else (sql.lease_ids, {**params, "p_ids": list(range(1, limit + 1))})
+            (sql.lease_picked(scope.key), params)
+            if self.driver.update_returning
+            else (sql.lease_ids, {**params, "p_ids": list(range(1, limit + 1))})
         )
 
         def work(conn: Connection) -> dict[str, list[str]]:
             return {
-                "groups": self.driver.explain(conn, sql.runnable_groups, {"p_now": now}),
-                "claim": self.driver.explain(conn, sql.pick, params),
+                "groups": self.driver.explain(conn, sql.runnable_groups(scope.key), {"p_now": now, **scope.params()}),
+                "claim": self.driver.explain(conn, sql.pick(scope.key), params),
                 "lease": self.driver.explain(conn, lease, lease_params),
             }
 

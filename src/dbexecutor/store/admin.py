@@ -39,6 +39,9 @@ def status(
     per_group: dict[str, dict[str, int]] = {}
     for g, st, n in conn.execute(ctx.sql.count_group_states):
         per_group.setdefault(g, {})[st] = int(n)
+    per_queue: dict[str, dict[str, int]] = {}
+    for q, st, n in conn.execute(ctx.sql.count_queue_states):
+        per_queue.setdefault(q, {})[st] = int(n)
     owners = {e.name: e for e in fleet.listed(ctx, conn, now, host, alive_here)}
     running = []
     for r in conn.execute(ctx.sql.running_jobs, {"p_limit": running_limit}):
@@ -59,6 +62,7 @@ def status(
     return StatusReport(
         states=StateCounts.of(states),
         groups={g: StateCounts.of(c) for g, c in sorted(per_group.items())},
+        queues={q: StateCounts.of(c) for q, c in sorted(per_queue.items())},
         running=running,
         oldest_ready=None
         if oldest is None
@@ -71,6 +75,7 @@ def list_jobs(
     conn: Connection,
     *,
     states: Sequence[str] = (),
+    queue: str | None = None,
     group: str | None = None,
     function: str | None = None,
     key: str | None = None,
@@ -80,7 +85,7 @@ def list_jobs(
 ) -> list[JobSummary]:
     """Jobs matching every given filter, newest first (``function``: a substring of the name)."""
     filters: dict[str, Any] = {
-        "states": list(states) or None, "group": group, "function": function, "key": key,
+        "states": list(states) or None, "queue": queue, "group": group, "function": function, "key": key,
         "created_before": created_before, "created_after": created_after,
     }
     given = {name: value for name, value in filters.items() if value is not None}
@@ -91,7 +96,7 @@ def list_jobs(
     params["p_limit"] = limit
     return [
         JobSummary(
-            int(r.id), r.state, r.group_key, r.fn_name, r.job_key, int(r.attempt), int(r.retries),
+            int(r.id), r.state, r.queue, r.group_key, r.fn_name, r.job_key, int(r.attempt), int(r.retries),
             r.created_at, r.finished_at, r.lease_owner, r.error,
         )
         for r in conn.execute(stmt, params)

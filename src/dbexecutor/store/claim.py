@@ -24,18 +24,20 @@ from sqlalchemy import Connection
 from ..records import Claimed
 from .context import Context
 from .fairshare import Allocation, GroupState, capacity
+from .sql import Scope
 
 __all__ = ["claim", "runnable_groups"]
 
 
-def runnable_groups(ctx: Context, conn: Connection, now: float) -> list[str]:
-    """Names of the groups with runnable work (a read that takes no write lock)."""
-    return list(conn.execute(ctx.sql.runnable_groups, {"p_now": now}).scalars())
+def runnable_groups(ctx: Context, conn: Connection, now: float, scope: Scope) -> list[str]:
+    """Names of the groups with runnable work in ``scope`` (a read that takes no write lock)."""
+    return list(conn.execute(ctx.sql.runnable_groups(scope.key), {"p_now": now, **scope.params()}).scalars())
 
 
-def claim(ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, now: float) -> list[Claimed]:
-    """Lease up to ``limit`` runnable jobs to ``owner`` for ``ttl`` seconds, in the caller's transaction."""
-    rows = conn.execute(ctx.sql.runnable_groups, {"p_now": now}).all()
+def claim(ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, now: float, scope: Scope) -> list[Claimed]:
+    """Lease up to ``limit`` runnable jobs of ``scope`` to ``owner`` for ``ttl`` seconds, in the caller's transaction."""
+    params = {"p_now": now, **scope.params()}
+    rows = conn.execute(ctx.sql.runnable_groups(scope.key), params).all()
     if not rows:
         return []
     if len(rows) == 1 and rows[0].max_running is None:
@@ -43,8 +45,8 @@ def claim(ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, no
         # skipping those other claims hold. Nothing is shared to take turns on:
         # no limit to count, no virtual time moves with a single group. Locking
         # its row would make claims from many executors queue behind each other.
-        return _lease(ctx, conn, rows[0].name, limit, owner, ttl, max(now, ctx.clock.now()))
-    rows = conn.execute(ctx.sql.runnable_groups_locked, {"p_now": now}).all()
+        return _lease(ctx, conn, rows[0].name, limit, owner, ttl, max(now, ctx.clock.now()), scope)
+    rows = conn.execute(ctx.sql.runnable_groups_locked(scope.key), params).all()
     if not rows:
         return []
     limited = [r.name for r in rows if r.max_running is not None]
@@ -58,7 +60,7 @@ def claim(ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, no
     if len(groups) == 1:
         # One runnable group: priority, then age; no virtual time moves.
         share = capacity(groups[0], limit)
-        return _lease(ctx, conn, groups[0].name, share, owner, ttl, now) if share > 0 else []
+        return _lease(ctx, conn, groups[0].name, share, owner, ttl, now, scope) if share > 0 else []
     if not any(capacity(g, limit) > 0 for g in groups):
         return []
     global_vtime = float(conn.execute(ctx.sql.global_vtime_locked).scalar() or 0.0)
@@ -66,7 +68,7 @@ def claim(ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, no
     picked: dict[str, list[Claimed]] = {}
     while wants := alloc.next_round():
         for name, k in wants.items():
-            got = _lease(ctx, conn, name, k, owner, ttl, now)
+            got = _lease(ctx, conn, name, k, owner, ttl, now, scope)
             picked.setdefault(name, []).extend(got)
             alloc.record(name, k, len(got))
     updates = alloc.vtime_updates()
@@ -78,6 +80,10 @@ def claim(ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, no
     return alloc.interleave(picked)
 
 
-def _lease(ctx: Context, conn: Connection, group: str, limit: int, owner: str, ttl: float, now: float) -> list[Claimed]:
-    params: dict[str, Any] = {"p_group": group, "p_now": now, "p_owner": owner, "p_expires": now + ttl, "p_limit": limit}
-    return ctx.driver.lease_rows(conn, ctx.sql, params)
+def _lease(
+    ctx: Context, conn: Connection, group: str, limit: int, owner: str, ttl: float, now: float, scope: Scope
+) -> list[Claimed]:
+    params: dict[str, Any] = {
+        "p_group": group, "p_now": now, "p_owner": owner, "p_expires": now + ttl, "p_limit": limit, **scope.params()
+    }
+    return ctx.driver.lease_rows(conn, ctx.sql, params, scope.key)

@@ -30,6 +30,7 @@ Liveness = Callable[[int, "float | None"], bool]
 def register(ctx: Context, conn: Connection, reg: Registration, ttl: float, now: float) -> None:
     """Add a registration, alive until ``now + ttl`` unless it beats."""
     params = {f"p_{k}": v for k, v in asdict(reg).items()}
+    params["p_queues"] = None if reg.queues is None else ",".join(reg.queues)
     params.update(p_started_at=now, p_last_beat=now, p_expires=now + ttl)
     conn.execute(ctx.sql.register, params)
 
@@ -57,6 +58,7 @@ def listed(ctx: Context, conn: Connection, now: float, host: str, alive_here: Li
         out.append(
             ExecutorInfo(
                 name=r.name, kind=r.kind, host=r.host, pid=int(r.pid), version=r.version, slots=int(r.slots),
+                queues=None if r.queues is None else [q for q in r.queues.split(",") if q],
                 started_at=r.started_at, last_beat=r.last_beat, stopped_at=r.stopped_at, running=int(r.running),
                 alive=alive, age=max(0.0, now - r.started_at), since_beat=max(0.0, now - r.last_beat),
                 rescue_in=rescue_in,

@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import Connection, bindparam, inspect, insert, select, update
+from sqlalchemy import Column, Connection, Index, MetaData, String, Table, bindparam, inspect, insert, select, update
 
 from .. import schema
 from ..errors import SchemaVersionError
@@ -38,11 +38,22 @@ class SchemaReport:
     created_indexes: list[str] = field(default_factory=list)
 
 
+def _add_columns(ctx: Context, conn: Connection, table: Table, names: tuple[str, ...]) -> None:
+    """Add the columns ``names`` of ``table`` that are not there yet.
+
+    Checked first: on MySQL each DDL statement commits at once, so an upgrade
+    interrupted halfway leaves some columns added and the version unchanged.
+    """
+    have = {c["name"] for c in inspect(conn).get_columns(table.name)}
+    for name in names:
+        if name not in have:
+            ctx.driver.add_column(conn, table, table.c[name])
+
+
 def _v3(ctx: Context, conn: Connection) -> None:
     """Version 3: ``jobs.retry_delay``, ``jobs.arg_refs`` and ``jobs.failed_upstream``."""
     j = ctx.tables.jobs
-    for name in ("retry_delay", "arg_refs", "failed_upstream"):
-        ctx.driver.add_column(conn, j, j.c[name])
+    _add_columns(ctx, conn, j, ("retry_delay", "arg_refs", "failed_upstream"))
     # The failure cause used to live only in the error text; it is read from
     # there once, here, and kept structured from now on.
     cause = re.compile(r"^(?:DependencyFailed: upstream|batch child) job (\d+) failed")
@@ -57,8 +68,25 @@ def _v4(ctx: Context, conn: Connection) -> None:
     ctx.tables.executors.create(conn, checkfirst=True)
 
 
+def _v5(ctx: Context, conn: Connection) -> None:
+    """Version 5: queues. ``jobs.queue`` (every row there is in ``default``), ``executors.queues``, and the ready index led by the queue."""
+    j, e = ctx.tables.jobs, ctx.tables.executors
+    _add_columns(ctx, conn, j, ("queue",))
+    _add_columns(ctx, conn, e, ("queues",))
+    have = {ix["name"] for ix in inspect(conn).get_indexes(j.name)}
+    old = f"{ctx.prefix}ix_jobs_ready"
+    if old in have:
+        # A stand-in on a throwaway table object (the real one must not gain the old
+        # index): SQLAlchemy spells DROP INDEX for each database.
+        stand_in = Table(j.name, MetaData(), Column("group_key", String(255)))
+        Index(old, stand_in.c.group_key).drop(conn)
+    for index in j.indexes:
+        if index.name == f"{ctx.prefix}ix_jobs_ready_q" and index.name not in have:
+            index.create(conn)
+
+
 #: version -> the step that brings the tables of the version before it up to it.
-STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4}
+STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4, 5: _v5}
 
 
 def ensure_schema(ctx: Context, conn: Connection) -> SchemaReport:

@@ -14,6 +14,7 @@ catalogue with each statement's SQL for one database.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -38,7 +39,42 @@ from sqlalchemy import (
 from .. import schema
 from ..dialects import Driver
 
-__all__ = ["Statements", "BACK_TO_READY"]
+__all__ = ["Statements", "Scope", "BACK_TO_READY"]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which runnable rows a claim may take: those of ``queues`` (None: every queue), minus the functions in ``skip``.
+
+    The claim's statements come in a variant per kind of scope (every queue or
+    a list; functions skipped or not), each built once; the lists themselves
+    are parameters (``p_queues``, ``p_skip``).
+    """
+
+    queues: tuple[str, ...] | None = ()
+    skip: frozenset[str] = frozenset()
+
+    @property
+    def key(self) -> tuple[bool, bool]:
+        """Which variant of the claim's statements serves this scope."""
+        return self.queues is None, bool(self.skip)
+
+    def params(self) -> dict[str, Any]:
+        """The scope's lists as the statements' parameters."""
+        out: dict[str, Any] = {}
+        if self.queues is not None:
+            out["p_queues"] = list(self.queues)
+        if self.skip:
+            out["p_skip"] = sorted(self.skip)
+        return out
+
+    def serves(self, queue: str) -> bool:
+        """Whether a job of ``queue`` is in this scope (functions aside)."""
+        return self.queues is None or queue in self.queues
+
+
+#: A scope for code that claims without queues (tests and tools): the default queue.
+DEFAULT_SCOPE = Scope((schema.DEFAULT_QUEUE,))
 
 #: What every "back to ready" writes besides the state: the lease is gone.
 BACK_TO_READY: dict[str, Any] = {"state": schema.READY, "lease_owner": None, "lease_expires": None}
@@ -64,16 +100,30 @@ class Statements:
     def __init__(self, tables: schema.Tables, driver: Driver) -> None:
         self.tables = tables
         self.driver = driver
+        self._variants: dict[tuple[Any, ...], Any] = {}  # statements built per scope kind (see Scope)
         j = tables.jobs
         self.ready = j.c.state == literal_column(f"'{schema.READY}'")
         self.active = _states(j.c.state, schema.ACTIVE_STATES)
         self.final = _states(j.c.state, schema.FINAL_STATES)
         self.pending = _states(j.c.state, schema.PENDING_STATES)
 
-    def runnable(self, now: Any) -> Any:
-        """Ready, and not held back by ``run_after``."""
+    def runnable(self, now: Any, scope: tuple[bool, bool] | None = None) -> Any:
+        """Ready, and not held back by ``run_after``; within a claim's scope (``Scope.key``) if one is given."""
         j = self.tables.jobs
-        return and_(self.ready, or_(j.c.run_after.is_(None), j.c.run_after <= now))
+        cond = and_(self.ready, or_(j.c.run_after.is_(None), j.c.run_after <= now))
+        if scope is not None:
+            every_queue, skip = scope
+            if not every_queue:
+                cond = and_(cond, j.c.queue.in_(_p("queues", expanding=True)))
+            if skip:
+                cond = and_(cond, j.c.fn_name.not_in(_p("skip", expanding=True)))
+        return cond
+
+    def _variant(self, name: str, scope: tuple[bool, bool], build: Any) -> Any:
+        stmt = self._variants.get((name, scope))
+        if stmt is None:
+            stmt = self._variants[(name, scope)] = build()
+        return stmt
 
     def _ids(self, column: Any, name: str = "ids") -> Any:
         return self.driver.in_ids(column, f"p_{name}")
@@ -158,37 +208,40 @@ class Statements:
         stmt = select(j.c.id, j.c.state, failed_result, j.c.finished_at).where(self._ids(j.c.id)).order_by(j.c.id)
         return self.driver.for_update(stmt)
 
-    @cached_property
-    def free_for(self) -> Select[Any]:
-        """One row ``free``: 1 if nothing is runnable and group ``p_group`` has no concurrency limit (at ``p_now``)."""
+    def free_for(self, scope: tuple[bool, bool] = (False, False)) -> Select[Any]:
+        """One row ``free``: 1 if nothing in the claim's scope is runnable and group ``p_group`` has no concurrency limit."""
         j = self.tables.jobs
-        return self._free_select(_p("group", j.c.group_key), _p("now", j.c.started_at))
+        return self._variant(
+            "free_for", scope, lambda: self._free_select(_p("group", j.c.group_key), _p("now", j.c.started_at), scope)
+        )
 
-    def _free_select(self, group: Any, now: Any) -> Select[Any]:
+    def _free_select(self, group: Any, now: Any, scope: tuple[bool, bool]) -> Select[Any]:
         g = self.tables.groups
-        other_work = exists().where(self.runnable(now))
+        other_work = exists().where(self.runnable(now, scope))
         limited = exists().where(g.c.name == group, g.c.max_running.is_not(None))
         return select(case((and_(~other_work, ~limited), 1), else_=0).label("free"))
 
-    #: The columns of a job row that :attr:`insert_leased` takes as ``p_<name>``.
+    #: The columns of a job row that :meth:`insert_leased` takes as ``p_<name>``.
     LEASED_INSERT_COLUMNS = (
-        "fn_name", "payload", "priority", "timeout", "retries", "retry_delay", "arg_refs", "run_after",
+        "fn_name", "payload", "queue", "priority", "timeout", "retries", "retry_delay", "arg_refs", "run_after",
         "submitted_by", "created_at",
     )
 
-    @cached_property
-    def insert_leased(self) -> Any:
-        """INSERT one runnable job, leased to ``p_owner`` if the claim could pick nothing else, else ready.
+    def insert_leased(self, scope: tuple[bool, bool] = (False, False)) -> Any:
+        """INSERT one runnable job, leased to ``p_owner`` if its claim could pick nothing else, else ready.
 
-        That is: no other row is runnable (so the job is every group's best
-        pick and no other group is owed a turn), and its group has no
-        concurrency limit (a limit is counted under the group's row lock,
-        which the claim takes). Both are read in the insert's own statement.
+        That is: no other row in the claim's scope is runnable (so the job is
+        every group's best pick and no other group is owed a turn), and its
+        group has no concurrency limit (a limit is counted under the group's
+        row lock, which the claim takes). Both are read in the insert's own statement.
         """
+        return self._variant("insert_leased", scope, lambda: self._insert_leased(scope))
+
+    def _insert_leased(self, scope: tuple[bool, bool]) -> Any:
         j = self.tables.jobs
         group = _p("group", j.c.group_key)
         now = _p("now", j.c.started_at)
-        free = self._free_select(group, now).subquery("f")
+        free = self._free_select(group, now, scope).subquery("f")
         mine = free.c.free == 1
         columns: dict[str, Any] = {name: _p(name, j.c[name]) for name in self.LEASED_INSERT_COLUMNS}
         columns["group_key"] = group
@@ -203,17 +256,21 @@ class Statements:
 
     # -- claim ----------------------------------------------------------------------------------------
 
-    @cached_property
-    def runnable_groups(self) -> Select[Any]:
-        """The groups with runnable work at ``p_now``: one probe of the ready index per group, no locks."""
+    def runnable_groups(self, scope: tuple[bool, bool] = (False, False)) -> Select[Any]:
+        """The groups with runnable work in the claim's scope at ``p_now``: one probe of the ready index per group and queue, no locks."""
         g, j = self.tables.groups, self.tables.jobs
-        has_work = exists().where(j.c.group_key == g.c.name, self.runnable(_p("now")))
-        return select(g.c.name, g.c.weight, g.c.max_running, g.c.vtime).where(has_work).order_by(g.c.name)
 
-    @cached_property
-    def runnable_groups_locked(self) -> Select[Any]:
-        """:attr:`runnable_groups` with the groups' rows locked in name order: claims that share groups take turns."""
-        return self.driver.for_update(self.runnable_groups)
+        def build() -> Select[Any]:
+            has_work = exists().where(j.c.group_key == g.c.name, self.runnable(_p("now"), scope))
+            return select(g.c.name, g.c.weight, g.c.max_running, g.c.vtime).where(has_work).order_by(g.c.name)
+
+        return self._variant("runnable_groups", scope, build)  # type: ignore[no-any-return]
+
+    def runnable_groups_locked(self, scope: tuple[bool, bool] = (False, False)) -> Select[Any]:
+        """:meth:`runnable_groups` with the groups' rows locked in name order: claims that share groups take turns."""
+        return self._variant(  # type: ignore[no-any-return]
+            "runnable_groups_locked", scope, lambda: self.driver.for_update(self.runnable_groups(scope))
+        )
 
     @cached_property
     def running_per_group(self) -> Select[Any]:
@@ -243,18 +300,26 @@ class Statements:
         meta = self.tables.meta
         return update(meta).where(meta.c.name == "vtime").values(value=_p("value"))
 
-    @cached_property
-    def pick(self) -> Select[Any]:
-        """Group ``p_group``'s ``p_limit`` best runnable rows at ``p_now`` (priority, then age), locked, skipping rows another claim holds."""
+    def pick(self, scope: tuple[bool, bool] = (False, False)) -> Select[Any]:
+        """Group ``p_group``'s ``p_limit`` best runnable rows in the scope (priority, then age), locked, skipping rows another claim holds."""
         j = self.tables.jobs
-        return self.driver.for_claim(
-            select(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.arg_refs, j.c.retry_delay, j.c.priority)
-            .where(j.c.group_key == _p("group"), self.runnable(_p("now")))
-            .order_by(j.c.priority.desc(), j.c.id)
-            # A parameter, not a constant: the number of free slots changes
-            # from tick to tick, and a statement per number would be built anew.
-            .limit(_p("limit", type_=Integer))
+        return self._variant(  # type: ignore[no-any-return]
+            "pick",
+            scope,
+            lambda: self.driver.for_claim(
+                select(*self._claimed_columns(j))
+                .where(j.c.group_key == _p("group"), self.runnable(_p("now"), scope))
+                .order_by(j.c.priority.desc(), j.c.id)
+                # A parameter, not a constant: the number of free slots changes
+                # from tick to tick, and a statement per number would be built anew.
+                .limit(_p("limit", type_=Integer))
+            ),
         )
+
+    @staticmethod
+    def _claimed_columns(j: Any) -> tuple[Any, ...]:
+        """What a claim reads of each row it leases."""
+        return (j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.arg_refs, j.c.retry_delay, j.c.priority)
 
     def _lease(self) -> Update:
         j = self.tables.jobs
@@ -266,15 +331,15 @@ class Statements:
             started_at=_p("now"),
         )
 
-    @cached_property
-    def lease_picked(self) -> Update:
-        """Lease to ``p_owner`` the rows :attr:`pick` selects and return them (databases with UPDATE ... RETURNING)."""
+    def lease_picked(self, scope: tuple[bool, bool] = (False, False)) -> Update:
+        """Lease to ``p_owner`` the rows :meth:`pick` selects and return them (databases with UPDATE ... RETURNING)."""
         j = self.tables.jobs
-        picked = self.pick.with_only_columns(j.c.id)
-        return (
-            self._lease()
-            .where(self.driver.id_in(j.c.id, picked))
-            .returning(j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.arg_refs, j.c.retry_delay, j.c.priority)
+        return self._variant(  # type: ignore[no-any-return]
+            "lease_picked",
+            scope,
+            lambda: self._lease()
+            .where(self.driver.id_in(j.c.id, self.pick(scope).with_only_columns(j.c.id)))
+            .returning(*self._claimed_columns(j)),
         )
 
     @cached_property
@@ -481,7 +546,9 @@ class Statements:
     def register(self) -> Any:
         """Register an executor: ``p_name``, ``p_kind``, ``p_host``, ``p_pid``, ... alive until ``p_expires``."""
         e = self.tables.executors
-        names = ("name", "kind", "host", "pid", "pid_started", "version", "slots", "wake", "started_at", "last_beat", "expires")
+        names = (
+            "name", "kind", "host", "pid", "pid_started", "version", "slots", "queues", "wake", "started_at", "last_beat", "expires",
+        )
         return insert(e).values(**{n: _p(n, e.c[n]) for n in names})
 
     @cached_property
@@ -588,6 +655,12 @@ class Statements:
         return select(j.c.state, func.count()).group_by(j.c.state)
 
     @cached_property
+    def count_queue_states(self) -> Select[Any]:
+        """Number of jobs per queue and state."""
+        j = self.tables.jobs
+        return select(j.c.queue, j.c.state, func.count()).group_by(j.c.queue, j.c.state)
+
+    @cached_property
     def count_group_states(self) -> Select[Any]:
         """Number of jobs per group and state."""
         j = self.tables.jobs
@@ -635,6 +708,7 @@ class Statements:
         self,
         *,
         states: bool = False,
+        queue: bool = False,
         group: bool = False,
         function: bool = False,
         key: bool = False,
@@ -644,9 +718,11 @@ class Statements:
         """Jobs matching the filters named True (``p_states``, ``p_group``, ``p_function`` a LIKE pattern escaped with ``/``, ``p_key``, ``p_created_before``/``_after``), newest first, ``p_limit`` of them."""
         j = self.tables.jobs
         stmt = select(
-            j.c.id, j.c.state, j.c.group_key, j.c.fn_name, j.c.job_key, j.c.attempt, j.c.retries,
+            j.c.id, j.c.state, j.c.queue, j.c.group_key, j.c.fn_name, j.c.job_key, j.c.attempt, j.c.retries,
             j.c.created_at, j.c.finished_at, j.c.lease_owner, j.c.error,
         )
+        if queue:
+            stmt = stmt.where(j.c.queue == _p("queue"))
         if states:
             stmt = stmt.where(j.c.state.in_(_p("states", expanding=True)))
         if group:

@@ -25,6 +25,7 @@ from .. import schema
 from ..records import Claimed, Finished, NewJob, Submitted, format_refs
 from . import dag
 from .context import Context, chunks
+from .sql import Scope
 
 __all__ = [
     "by_key",
@@ -90,6 +91,7 @@ def _row(job: NewJob, state: str, now: float, open_deps: int = 0) -> dict[str, A
         "payload": job.payload,
         "job_key": job.key,
         "group_key": job.group,
+        "queue": job.queue,
         "batch": int(job.batch),
         "priority": job.priority,
         "timeout": job.timeout,
@@ -264,17 +266,18 @@ def _mark_leased(jobs: Sequence[NewJob], rows: list[dict[str, Any]], now: float,
         )
 
 
-def nothing_runnable(ctx: Context, conn: Connection, group: str, now: float) -> bool:
-    """Whether new runnable jobs of ``group`` would be the claim's only choice (nothing else runnable, no limit)."""
-    return bool(conn.execute(ctx.sql.free_for, {"p_group": group, "p_now": now}).scalar())
+def nothing_runnable(ctx: Context, conn: Connection, group: str, now: float, scope: Scope) -> bool:
+    """Whether new runnable jobs of ``group`` would be the claim's only choice (nothing else runnable in the scope, no limit)."""
+    params = {"p_group": group, "p_now": now, **scope.params()}
+    return bool(conn.execute(ctx.sql.free_for(scope.key), params).scalar())
 
 
-def insert_leased(ctx: Context, conn: Connection, job: NewJob, owner: str, ttl: float, now: float) -> Submitted:
-    """Insert one runnable ``job``, leased to ``owner`` if nothing else could be claimed before it (one statement)."""
+def insert_leased(ctx: Context, conn: Connection, job: NewJob, owner: str, ttl: float, now: float, scope: Scope) -> Submitted:
+    """Insert one runnable ``job``, leased to ``owner`` if nothing else in its scope could be claimed before it (one statement)."""
     row = _row(job, schema.READY, now)
     params = {f"p_{name}": row[name] for name in ctx.sql.LEASED_INSERT_COLUMNS}
-    params.update(p_group=job.group, p_now=now, p_owner=owner, p_expires=now + ttl)
-    job_id, state = ctx.driver.insert_reading_state(conn, ctx.sql.insert_leased, params, ctx.tables.jobs)
+    params.update(p_group=job.group, p_now=now, p_owner=owner, p_expires=now + ttl, **scope.params())
+    job_id, state = ctx.driver.insert_reading_state(conn, ctx.sql.insert_leased(scope.key), params, ctx.tables.jobs)
     return Submitted(job_id, state)
 
 
