@@ -21,6 +21,8 @@ from .errors import (
     DBExecutorError,
     DependencyFailed,
     JobTimeoutError,
+    CannotRunHere,
+    NotRunnable,
     PayloadRejected,
     RemoteError,
     SchemaVersionError,
@@ -83,4 +85,6 @@ __all__ = [
     "WorkerDied",
     "PayloadRejected",
     "RemoteError",
+    "NotRunnable",
+    "CannotRunHere",
 ]

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 import queue
+import socket
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -31,6 +33,7 @@ from typing import Any, NoReturn
 import psutil
 
 from . import serialization
+from .errors import CannotRunHere
 from .messages import Beat, Call, ChildConfig, InitFailed, Ready, Result, Stop, FromChild
 
 __all__ = ["child_main", "run_chunk"]
@@ -134,24 +137,49 @@ class _Heartbeat(threading.Thread):
             self.link.send(Beat(*job))
 
 
-def _run_one(call: Call, signer: serialization.Signer) -> tuple[bool, bytes, str | None]:
-    """Run one job; return (ok, signed pickle of the result or exception, "Type: message" on failure)."""
+def _cannot_load_here(error: BaseException) -> bool:
+    """Whether loading a payload failed because of this process's environment, not because of the job.
+
+    A missing module, a name a module no longer has (pickle's "Can't get
+    attribute"), or a pickle made by value on another Python: another
+    executor, deployed differently, may well load it.
+    """
+    if isinstance(error, (ImportError, CannotRunHere)):
+        return True
+    return isinstance(error, AttributeError) and str(error).startswith("Can't get attribute")
+
+
+def _load(call: Call, signer: serialization.Signer) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    """The call a job makes, with the upstream results it takes in place of their references."""
+    # With a secret, a payload that fails its signature raises here, before anything is unpickled.
+    fn, args, kwargs = serialization.load_payload(call.payload, signer, call.job_id)
+    refs = set(serialization.collect_refs(args, kwargs))
+    if refs:
+        missing = sorted(refs - call.inputs.keys())
+        if missing:
+            raise RuntimeError(f"upstream job(s) {missing} have no stored result")
+        # Each result is checked against its own job id before it is unpickled.
+        values = {i: serialization.load_result(call.inputs[i], i, signer) for i in refs}
+        args, kwargs = serialization.resolve_refs(args, kwargs, values)
+    return fn, args, kwargs
+
+
+def _run_one(call: Call, signer: serialization.Signer) -> tuple[bool, bytes, str | None, str | None]:
+    """Run one job; return (ok, signed pickle of the result or exception, "Type: message" on failure, why it was refused)."""
     try:
-        # With a secret, a payload that fails its signature raises here, before anything is unpickled.
-        fn, args, kwargs = serialization.load_payload(call.payload, signer, call.job_id)
-        refs = set(serialization.collect_refs(args, kwargs))
-        if refs:
-            missing = sorted(refs - call.inputs.keys())
-            if missing:
-                raise RuntimeError(f"upstream job(s) {missing} have no stored result")
-            # Each result is checked against its own job id before it is unpickled.
-            values = {i: serialization.load_result(call.inputs[i], i, signer) for i in refs}
-            args, kwargs = serialization.resolve_refs(args, kwargs, values)
+        try:
+            fn, args, kwargs = _load(call, signer)
+        except Exception as error:
+            if _cannot_load_here(error):
+                why = f"{type(error).__name__}: {error} (on {socket.gethostname()}, Python {sys.version.split()[0]})"
+                return False, b"", why, why
+            raise
         value = fn(*args, **kwargs)
-        return True, serialization.dump_result(value, call.job_id, signer), None
+        return True, serialization.dump_result(value, call.job_id, signer), None, None
     except BaseException as error:  # noqa: BLE001 - SystemExit in a job is the job's failure, as in ProcessPoolExecutor
         tb = serialization.format_remote_traceback(error)
-        return False, serialization.dump_exception(error, remote_tb=tb, signer=signer), f"{type(error).__name__}: {error}"
+        blob = serialization.dump_exception(error, remote_tb=tb, signer=signer)
+        return False, blob, serialization.exception_summary(error), None
 
 
 def child_main(conn: Connection, lifeline: Connection, config: ChildConfig) -> None:
@@ -173,6 +201,6 @@ def child_main(conn: Connection, lifeline: Connection, config: ChildConfig) -> N
             return
         beat.start_job(call.job_id, call.attempt)
         started = time.time()
-        ok, blob, summary = _run_one(call, config.signer)
+        ok, blob, summary, refused = _run_one(call, config.signer)
         beat.end_job()
-        link.send(Result(call.job_id, call.attempt, ok, blob, summary, started, time.time()))
+        link.send(Result(call.job_id, call.attempt, ok, blob, summary, started, time.time(), refused))

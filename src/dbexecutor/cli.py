@@ -207,6 +207,16 @@ def _print_status(data: dict[str, Any], out: TextIO) -> None:
     out.write(f"database  {data['database']}  prefix {data['prefix']!r}\n")
     states = data["states"]
     out.write(f"jobs      {data['total']} total: " + "  ".join(f"{s} {states[s]}" for s in schema.ALL_STATES) + "\n\n")
+    if len(data.get("queues", {})) > 1 or set(data.get("queues", {})) - {schema.DEFAULT_QUEUE}:
+        _table(
+            ["QUEUE", "TOTAL", "WAITING", "READY", "RUNNING", "DONE", "FAILED", "CANCELLED"],
+            [
+                [q, sum(c.values()), c["waiting"], c["ready"], c["leased"] + c["running"], c["done"], c["failed"], c["cancelled"]]
+                for q, c in data["queues"].items()
+            ],
+            out,
+        )
+        out.write("\n")
     if data["groups"]:
         rows = []
         settings = data.get("group_settings", {})
@@ -279,6 +289,7 @@ def cmd_list(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     now = store.now()
     found = store.list_jobs(
         states=args.state or (),
+        queue=args.queue,
         group=args.group,
         function=args.function,
         key=args.key,
@@ -291,9 +302,9 @@ def cmd_list(store: Store, args: argparse.Namespace, out: TextIO) -> int:
         _json(rows, out)
     else:
         _table(
-            ["ID", "STATE", "GROUP", "FUNCTION", "KEY", "ATTEMPT", "AGE", "WORKER", "ERROR"],
+            ["ID", "STATE", "QUEUE", "GROUP", "FUNCTION", "KEY", "ATTEMPT", "AGE", "WORKER", "ERROR"],
             [
-                [r["id"], r["state"], _short(r["group"], 20), _short(r["function"], 50), _short(r["key"], 24),
+                [r["id"], r["state"], _short(r["queue"], 20), _short(r["group"], 20), _short(r["function"], 50), _short(r["key"], 24),
                  r["attempt"], _age(now - r["created_at"]), r["worker"] or "-", _short(r["error"], 60)]
                 for r in rows
             ],
@@ -330,7 +341,9 @@ def cmd_show(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     w(f"  payload    {args_info['size']} bytes, signature: {info['payload_signature']}\n")
     w(f"  refers to  {', '.join(args_info['globals']) or '-'}\n")
     w(f"  values     {', '.join(repr(v) for v in args_info['values']) or '-'}\n")
-    for label, col in (("key", "job_key"), ("group", "group_key"), ("priority", "priority"), ("timeout", "timeout")):
+    for label, col in (
+        ("key", "job_key"), ("queue", "queue"), ("group", "group_key"), ("priority", "priority"), ("timeout", "timeout"),
+    ):
         w(f"  {label:<10} {job[col] if job[col] is not None else '-'}\n")
     w(f"  attempt    {job['attempt']} (retries allowed up to attempt {job['retries'] + 1})\n")
     w(f"  created    {_when(job['created_at'])}   started {_when(job['started_at'])}   finished {_when(job['finished_at'])}\n")
@@ -511,6 +524,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("list", help="jobs matching filters, newest first")
     _common(p)
     p.add_argument("--state", action="append", choices=schema.ALL_STATES, help="repeatable")
+    p.add_argument("--queue")
     p.add_argument("--group")
     p.add_argument("--function", help="substring of the function's qualified name")
     p.add_argument("--key")

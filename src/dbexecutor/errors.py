@@ -27,6 +27,8 @@ __all__ = [
     "WorkerDied",
     "PayloadRejected",
     "RemoteError",
+    "NotRunnable",
+    "CannotRunHere",
 ]
 
 
@@ -119,3 +121,22 @@ class RemoteError(DBExecutorError):
         # Its own arguments (and notes), so it pickles again: a dependent's
         # DependencyFailed carries it as its cause.
         return (RemoteError, (self.type_name, self.message, self.reason), self.__dict__)
+
+
+class CannotRunHere(DBExecutorError):
+    """A job's function or arguments cannot be loaded in this process (a missing module or name, another Python).
+
+    Raised inside a child while it loads a payload; the job is not failed for
+    it but put back for an executor that can load it (see :class:`NotRunnable`).
+    """
+
+
+class NotRunnable(DBExecutorError):
+    """No executor that tried could load this job's function or arguments.
+
+    Each executor that cannot load a job (its module is missing there, a name
+    is gone from it, the payload came from another Python version) puts the
+    job back and stops claiming that function for a while; after a few such
+    refusals the job fails with this error, naming the function and the hosts
+    that could not load it.
+    """

@@ -795,9 +795,12 @@ class DBExecutor(Executor):
 
         ``cancel_futures`` cancels this executor's jobs that have not started.
         Jobs run by this executor for other processes finish before its
-        children stop.
+        children stop. A submit-only executor (``run_jobs=False``) asked not
+        to wait stops once its submits are stored: its jobs run elsewhere and
+        its futures stay pending; the process may exit then (as it may without
+        calling ``shutdown`` at all).
         """
-        self._scheduler.request_shutdown(cancel_futures=cancel_futures)
+        self._scheduler.request_shutdown(cancel_futures=cancel_futures, wait=wait)
         if wait:
             self._scheduler.join()
             self._store.close()

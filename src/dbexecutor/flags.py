@@ -26,11 +26,15 @@ class ExecutorFlags:
         self.broken: str | None = None
         #: ``stop_now()``: kill the children and give their jobs back instead of waiting for them.
         self.abandon = False
+        #: A submit-only executor told not to wait: the loop ends once its submits are written;
+        #: the jobs carry on elsewhere, and this process's futures end with it.
+        self.detached = False
 
-    def request_shutdown(self) -> None:
-        """Stop taking new work."""
+    def request_shutdown(self, *, detach: bool = False) -> None:
+        """Stop taking new work; ``detach``: do not wait for this process's futures (a submit-only executor)."""
         with self._lock:
             self.shutdown = True
+            self.detached = self.detached or detach
 
     def stop_now(self) -> None:
         """Stop taking new work and give back what the children hold."""

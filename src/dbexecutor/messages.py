@@ -87,7 +87,9 @@ class Result(NamedTuple):
 
     ``blob`` is the signed pickle of the return value (``ok``) or of the
     exception; ``error`` is ``Type: message`` on failure; ``started`` and
-    ``ended`` are the child's wall-clock times.
+    ``ended`` are the child's wall-clock times. ``refused``: the job never
+    ran because this child could not load its function or arguments (why, and
+    on which host): not the job's failure, it goes back for another executor.
     """
 
     job_id: int
@@ -97,6 +99,7 @@ class Result(NamedTuple):
     error: str | None
     started: float
     ended: float
+    refused: str | None = None
 
 
 ToChild = Union[Call, Stop]

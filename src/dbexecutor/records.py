@@ -126,6 +126,8 @@ class Report:
     started_at: float | None = None
     ended_at: float = 0.0
     retry_delay: float = 1.0
+    fn_name: str = ""
+    refused: bool = False  # the child could not load the job (``error`` says why): not a failure of the job
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,7 @@ class Finished:
     retried: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
     released: int = 0  # dependents that became ready
+    refused: list[int] = field(default_factory=list)  # put back: the child could not load them
 
 
 # -- public read models ---------------------------------------------------------------------------

@@ -67,6 +67,7 @@ _MAX_BACKOFF = 5.0  # seconds between tries while the database is unreachable
 _RESCUE_EVERY = 1.0  # seconds between looks for dead executors on this machine (a cheap indexed read)
 _FORGET_EVERY = 60.0  # seconds between clean-ups of old registrations
 _FORGET_AFTER = 600.0  # seconds a dead executor stays listed (at least ten lease TTLs)
+_SKIP_FOR = 60.0  # seconds this executor stops claiming a function its children could not load
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,9 @@ def _python_exit() -> None:
     global _global_shutdown
     _global_shutdown = True
     for sched in list(_live):
-        sched.request_shutdown()
+        # A submit-only executor's jobs run elsewhere: once its rows are written the
+        # process may end (a cron job, a request handler); its futures end with it.
+        sched.request_shutdown(wait=sched.s.run_jobs)
     for sched in list(_live):
         sched.join()
 
@@ -165,6 +168,7 @@ class Scheduler:
         self._lost: set[tuple[int, int]] = set()  # leases already reported lost
         self._next_renew = self._next_poll = self._next_reclaim = self._next_retention = 0.0
         self._next_rescue = self._next_forget = 0.0
+        self._skip: dict[str, float] = {}  # functions not to claim (children could not load them), until a monotonic time
         self._stop_listening = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dbexecutor-scheduler", daemon=True)
         _live.add(self)
@@ -265,9 +269,14 @@ class Scheduler:
             self._registry.resolve(final)
         return {f.job_id for f in finals}
 
-    def request_shutdown(self, cancel_futures: bool = False) -> None:
-        """Stop taking new work; the loop ends once this process's jobs are finished."""
-        self.flags.request_shutdown()
+    def request_shutdown(self, cancel_futures: bool = False, *, wait: bool = True) -> None:
+        """Stop taking new work; the loop ends once this process's jobs are finished.
+
+        A submit-only executor (``run_jobs=False``) told not to ``wait`` ends
+        its loop as soon as its queued submits are written: the jobs are in
+        the database for others to run, and its futures stay unresolved.
+        """
+        self.flags.request_shutdown(detach=not wait and not self.s.run_jobs)
         if cancel_futures:
             # Queued submits are written first, so that every cancelled job
             # has its row (state cancelled) like the ones already stored.
@@ -355,7 +364,9 @@ class Scheduler:
         with self.flags.deciding():
             if not self.flags.shutdown and self.flags.broken is None:
                 return False
-            if self.flags.broken is None and (self._registry.has_outstanding() or len(self._queue)):
+            if self.flags.broken is None and len(self._queue):
+                return False  # queued submits are written first, whatever else happens
+            if self.flags.broken is None and not self.flags.detached and self._registry.has_outstanding():
                 return False
         return not (self._reports or self._releases or self._claimed or self._supervisor.busy())
 
@@ -395,7 +406,11 @@ class Scheduler:
         reason = self._supervisor.take_init_failure()
         if reason is not None:
             self._break(reason)
-        self._reports += [self._on_server_clock(r) for r in self._supervisor.take_reports()]
+        reports = [self._on_server_clock(r) for r in self._supervisor.take_reports()]
+        for report in reports:
+            if report.refused:
+                self._cannot_run(report)
+        self._reports += reports
         self._releases += self._supervisor.take_releases()
         while self._releases:
             job_id, attempt = self._releases[0]
@@ -508,8 +523,20 @@ class Scheduler:
             self._registry.resolve(final)
 
     def _scope(self) -> Scope:
-        """What this executor may claim: its queues."""
-        return Scope(self.s.queues)
+        """What this executor may claim: its queues, without the functions its children could not load lately."""
+        if self._skip:
+            now = time.monotonic()
+            self._skip = {fn: until for fn, until in self._skip.items() if until > now}
+        return Scope(self.s.queues, frozenset(self._skip))
+
+    def _cannot_run(self, report: Report) -> None:
+        """A child could not load a job: stop claiming its function here for a while, and say so."""
+        if report.fn_name not in self._skip:
+            log.warning(
+                "job %d (%s): this executor cannot load it (%s); it goes back for other executors, and %s "
+                "is not claimed here for %g s", report.job_id, report.fn_name, report.error, report.fn_name, _SKIP_FOR,
+            )
+        self._skip[report.fn_name] = time.monotonic() + _SKIP_FOR
 
     def _free_slots(self) -> int:
         if not self.s.run_jobs:

@@ -26,10 +26,11 @@ import hmac
 import os
 import pickle
 import pickletools
+import sys
 import traceback
 from typing import Any, Callable
 
-from .errors import DependencyFailed, PayloadRejected, RemoteError
+from .errors import CannotRunHere, DependencyFailed, PayloadRejected, RemoteError
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
 _MAX_CAUSE_DEPTH = 8
@@ -196,14 +197,57 @@ def map_arguments(
     )
 
 
+# A pickle refers to functions and classes by module and name, and another
+# process finds them by importing the module. What a program defines at its top
+# level (a script, python -c, standard input, a notebook) lives in its
+# ``__main__`` and is nowhere to be found elsewhere: such pickles are made by
+# value instead, with cloudpickle, as loky and joblib do. The markers are how
+# protocol 4 and later (and earlier protocols) spell a reference to that
+# module; a child's copy of the parent's script is ``__mp_main__``.
+_MAIN_REFERENCES = (b"\x8c\x08__main__", b"\x8c\x0b__mp_main__", b"c__main__\n", b"c__mp_main__\n")
+
+
+class ByValue:
+    """A pickle made by value (cloudpickle), and the Python version that made it (code objects are not portable)."""
+
+    __slots__ = ("python", "data")
+
+    def __init__(self, python: tuple[int, int], data: bytes) -> None:
+        self.python = tuple(python)
+        self.data = data
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (ByValue, (self.python, self.data))
+
+
+def _by_value(obj: Any) -> bytes:
+    import cloudpickle  # type: ignore[import-untyped]  # only the pickles that need it pay for importing it
+
+    return pickle.dumps(ByValue(sys.version_info[:2], cloudpickle.dumps(obj, protocol=PROTOCOL)), protocol=PROTOCOL)
+
+
 def dumps(obj: Any) -> bytes:
-    """Pickle with the highest protocol."""
-    return pickle.dumps(obj, protocol=PROTOCOL)
+    """Pickle with the highest protocol; by value (see :class:`ByValue`) what refers to the program's ``__main__``."""
+    try:
+        data = pickle.dumps(obj, protocol=PROTOCOL)
+    except (pickle.PicklingError, AttributeError, TypeError) as error:
+        if "__main__" not in str(error):
+            raise
+        return _by_value(obj)  # a lambda or a nested function of the program: only by value
+    if any(marker in data for marker in _MAIN_REFERENCES):
+        return _by_value(obj)
+    return data
 
 
 def loads(data: bytes) -> Any:
-    """Unpickle a stored blob."""
-    return pickle.loads(data)
+    """Unpickle a stored blob (:class:`~dbexecutor.errors.CannotRunHere` if it was made by value on another Python)."""
+    obj = pickle.loads(data)
+    if type(obj) is ByValue:
+        if obj.python != sys.version_info[:2]:
+            made, here = ".".join(map(str, obj.python)), ".".join(map(str, sys.version_info[:2]))
+            raise CannotRunHere(f"it was pickled by value on Python {made}, and this is Python {here}")
+        return pickle.loads(obj.data)
+    return obj
 
 
 def dump_payload(

@@ -152,10 +152,10 @@ class Supervisor:
         assert head.lease == (msg.job_id, msg.attempt), "a child answered out of order"
         if c.queue:
             c.head_started()  # the child goes straight on to the next job it holds
-        outcome = "ok" if msg.ok else "exception"
+        outcome = "ok" if msg.ok else ("refused" if msg.refused else "exception")
         self._report(Report(
-            msg.job_id, msg.attempt, msg.ok, msg.blob, outcome, msg.error,
-            worker_name(c.pid), msg.started, msg.ended, head.retry_delay,
+            msg.job_id, msg.attempt, msg.ok, msg.blob, outcome, msg.refused or msg.error,
+            worker_name(c.pid), msg.started, msg.ended, head.retry_delay, head.fn_name, msg.refused is not None,
         ))
         self._pace.job_ended(msg.ended - msg.started)
         log.debug("job %d attempt %d ended (%s) in child %d", msg.job_id, msg.attempt, msg.error or outcome, c.pid)
@@ -232,6 +232,7 @@ class Supervisor:
             job.attempt,
             job.timeout if job.timeout is not None else self.s.timeout,
             job.retry_delay if job.retry_delay is not None else self.s.retry_delay,
+            job.fn_name,
         ))
         if len(c.queue) == 1:
             c.head_started()

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 from sqlalchemy import Connection
 
-from .. import schema
+from .. import schema, serialization
+from ..errors import NotRunnable
 from ..records import Final, Finished, Report
 from . import dag
 from .context import Context
@@ -26,6 +27,33 @@ __all__ = ["finish", "backoff"]
 def backoff(retry_delay: float, attempt: int) -> float:
     """Seconds before attempt ``attempt + 1``: exponential in the attempt, with +/-25% jitter."""
     return retry_delay * (2 ** max(attempt - 1, 0)) * (0.75 + random.random() / 2)
+
+
+#: Refusals (children that could not load a job), from any executors, before the job fails with NotRunnable.
+MAX_REFUSALS = 5
+
+
+def _refused(ctx: Context, conn: Connection, rep: Report, now: float, out: Finished, lost: set[int]) -> None:
+    """A child could not load the job: put it back for another executor, or fail it after too many refusals."""
+    earlier = conn.execute(ctx.sql.refusals, {"p_id": rep.job_id}).all()
+    if len(earlier) + 1 < MAX_REFUSALS:
+        if fenced(conn, ctx.sql.refuse, rep.job_id, rep.attempt):
+            out.refused.append(rep.job_id)
+        else:
+            lost.add(rep.job_id)
+        return
+    hosts = sorted({(w or "?").rsplit(":", 1)[0] for w, _ in earlier} | {(rep.worker or "?").rsplit(":", 1)[0]})
+    error = NotRunnable(
+        f"{rep.fn_name or 'the job'} could not be loaded by any of the {len(earlier) + 1} executors that tried "
+        f"(on {', '.join(hosts)}); the last said: {rep.error}"
+    )
+    blob = serialization.dump_exception(error, signer=ctx.signer)
+    summary = serialization.exception_summary(error)
+    if fenced(conn, ctx.sql.fail_attempt, rep.job_id, rep.attempt, result=blob, error=summary, now=now):
+        out.finals.append(Final(rep.job_id, schema.FAILED, blob))
+        out.finals += dag.fail_dependents(ctx, conn, rep.job_id, blob, now)
+    else:
+        lost.add(rep.job_id)
 
 
 def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float) -> Finished:
@@ -40,6 +68,9 @@ def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float
     lost = {r.job_id for r in ok} - won
     for rep in reports:
         if rep.ok:
+            continue
+        if rep.refused:
+            _refused(ctx, conn, rep, now, out, lost)
             continue
         run_after = now + backoff(rep.retry_delay, rep.attempt)
         if fenced(conn, ctx.sql.retry_attempt, rep.job_id, rep.attempt, error=rep.error, run_after=run_after):

@@ -376,6 +376,19 @@ class Statements:
             schema.FAILED, result=_p("result"), error=_p("error"), finished_at=_p("now"), lease_owner=None, lease_expires=None
         )
 
+    @cached_property
+    def refuse(self) -> Update:
+        """Attempt ``p_attempt`` could not load the job: back to ready for another executor, its retry budget kept (fenced)."""
+        j = self.tables.jobs
+        values = {k: v for k, v in BACK_TO_READY.items() if k != "state"}
+        return self.fenced(schema.READY, retries=j.c.retries + 1, **values)
+
+    @cached_property
+    def refusals(self) -> Select[Any]:
+        """Who refused job ``p_id`` before, and why (its ``refused`` attempts)."""
+        a = self.tables.attempts
+        return select(a.c.worker, a.c.detail).where(a.c.job_id == _p("id"), a.c.outcome == "refused").order_by(a.c.id)
+
     # -- the DAG --------------------------------------------------------------------------------------
 
     @cached_property

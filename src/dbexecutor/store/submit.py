@@ -239,7 +239,7 @@ def notify_changes(
     finished: the jobs ``done`` finalized and new rows already final.
     """
     mine = set(taken)
-    ready = bool(done and (done.released or done.retried)) or any(
+    ready = bool(done and (done.released or done.retried or done.refused)) or any(
         runnable_on_arrival(job, row.state, now) and row.job_id not in mine for job, row in zip(jobs, rows)
     )
     finished = [f.job_id for f in done.finals] if done else []
