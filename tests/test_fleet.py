@@ -22,7 +22,6 @@ import pytest
 
 import jobs
 from clitools import cli, cli_env, start_worker
-from conftest import FAST
 from dbexecutor import DBExecutor
 from test_faults import DRIVER, _tail
 
