@@ -28,7 +28,8 @@ def main(argv: list[str]) -> int:
     from dbexecutor.schema import FINAL_STATES
     from dbexecutor.store import Store
 
-    ex = DBExecutor(url, max_workers, prefix=prefix, poll_interval=0.05)
+    # Serves every queue: like a worker, it runs what the test process submits.
+    ex = DBExecutor(url, max_workers, prefix=prefix, poll_interval=0.05, queues="*")
     print("STARTED", os.getpid(), flush=True)
     store = Store(url, prefix)
     status = 2

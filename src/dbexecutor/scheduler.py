@@ -507,6 +507,12 @@ class Scheduler:
             # A row the database refuses must not hold up the rest: write them singly.
             self._queue.write_one_by_one(self._queue.take()[0])
             return None
+        except BaseException:
+            # Anything else is a bug that ends the loop: the jobs go back to the
+            # queue, where breaking the executor fails their futures, rather than
+            # into a limbo where reading their ids would wait forever.
+            self._queue.requeue(items)
+            raise
         self._reports = []
         self._claimed += claimed
         self._queue.stored(items, inserted)
