@@ -54,7 +54,7 @@ def test_status_list_show(db, tmp_path):
     assert nothing.returncode == 1 and nothing.stdout.startswith("ID")
 
     shown = _json(cli(db, "show", str(dep.job_id), "--json"))
-    assert shown["fn_name"] == "jobs.add" and shown["state"] == "failed"
+    assert shown["function"] == "jobs.add" and shown["state"] == "failed"
     assert [d["id"] for d in shown["depends_on"]] == [ok.job_id, bad.job_id]
     assert "jobs.add" in shown["arguments"]["globals"]
     text = cli(db, "show", str(bad.job_id))

@@ -43,7 +43,7 @@ def test_a_live_executor_is_listed_with_the_jobs_it_holds(db, store):
     store.insert_jobs([NewJob("tests.f", b"x", ()) for _ in range(3)], store.now())
     claimed = store.claim(me.name, 2, TTL, store.now())
     assert len(claimed) == 2
-    lost = store.beat(me, [(c.job_id, c.attempt) for c in claimed], {claimed[0].job_id}, TTL)
+    lost = store.beat(me, [(c.job_id, c.attempt) for c in claimed], {claimed[0].job_id}, TTL).lost
     assert lost == set()
     (info,) = store.executors()
     assert (info.name, info.alive, info.running, info.kind, info.slots) == (me.name, True, 2, "executor", 2)
@@ -106,5 +106,5 @@ def test_a_forgotten_executor_registers_again_when_it_beats(db, store):
     e = store.tables.executors
     with store.engine.begin() as conn:
         conn.execute(e.delete())
-    assert store.beat(me, [], set(), TTL) == set()
+    assert store.beat(me, [], set(), TTL).lost == set()
     assert [i.name for i in store.executors()] == [me.name]

@@ -18,9 +18,22 @@ from sqlalchemy import Column, Index, Integer, MetaData, String, Table, inspect,
 import jobs
 from dbexecutor import DependencyFailed, schema, serialization
 from dbexecutor.store import Store
+from dbexecutor.store.migrations import V6_COLUMNS, V6_INDEXES
 
 T = 60
 _NEW_COLUMNS = ("arg_refs", "failed_upstream", "retry_delay")
+
+
+def _drop_v6(conn: Any, store: Any, kind: str) -> None:
+    """Remove what version 6 added to ``jobs``: its indexes, then its columns."""
+    quote = conn.dialect.identifier_preparer.quote
+    table = quote(store.tables.jobs.name)
+    for name in V6_INDEXES:
+        index = quote(f"{store.prefix}{name}")
+        # MySQL names the table in DROP INDEX; the others do not take it.
+        conn.exec_driver_sql(f"DROP INDEX {index} ON {table}" if kind == "mariadb" else f"DROP INDEX {index}")
+    for name in V6_COLUMNS:
+        conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN {quote(name)}")
 
 
 def _downgrade_to_v2(db: Any) -> None:
@@ -32,6 +45,7 @@ def _downgrade_to_v2(db: Any) -> None:
         ready_q.drop(store.engine)  # version 5's index, led by the queue
         with store.engine.begin() as conn:
             quote = conn.dialect.identifier_preparer.quote
+            _drop_v6(conn, store, db.kind)
             for name in (*_NEW_COLUMNS, "queue"):
                 conn.exec_driver_sql(f"ALTER TABLE {quote(j.name)} DROP COLUMN {quote(name)}")
         # Version 2's ready index, without the queue (on a throwaway table object).
@@ -146,3 +160,33 @@ def test_new_rows_record_their_refs_and_cause(db):
     assert db.row(g.job_id).failed_upstream == f.job_id
     assert db.row(f.job_id).failed_upstream is None  # its own exception, not an inherited one
 
+
+
+def test_a_version_5_database_gets_progress_stop_requests_and_paging_indexes(db):
+    """Version 6 adds four columns to ``jobs`` (NULL for the rows there) and the indexes lists page through."""
+    ex = db.executor()
+    assert ex.submit(jobs.add, 1, 2).result(timeout=T) == 3
+    ex.shutdown()
+    store = db.store()
+    try:
+        with store.engine.begin() as conn:
+            _drop_v6(conn, store, db.kind)
+            meta = store.tables.meta
+            conn.execute(update(meta).where(meta.c.name == "schema_version").values(value="5"))
+    finally:
+        store.close()
+    upgraded = db.store()
+    try:
+        assert upgraded.schema_report is not None and upgraded.schema_report.upgraded_from == 5
+        with upgraded.engine.connect() as conn:
+            insp = inspect(conn)
+            columns = {c["name"] for c in insp.get_columns(upgraded.tables.jobs.name)}
+            indexes = {ix["name"] for ix in insp.get_indexes(upgraded.tables.jobs.name)}
+        assert set(V6_COLUMNS) <= columns
+        assert {f"{db.prefix}{name}" for name in V6_INDEXES} <= indexes
+        (row,) = db.jobs()
+        assert (row.state, row.progress, row.terminate_requested) == ("done", None, None)
+        assert upgraded.schema_version() == schema.SCHEMA_VERSION
+    finally:
+        upgraded.close()
+    assert db.executor().submit(jobs.add, 2, 2).result(timeout=T) == 4

@@ -42,7 +42,7 @@ def test_one_statement_renews_every_held_lease_and_marks_started_ones_running(db
             updates.append(statement)
 
     later = time.time() + 100
-    lost = store.renew_leases([(a.job_id, a.attempt), (b.job_id, b.attempt), (c.job_id, c.attempt)], {b.job_id}, TTL, later)
+    lost = store.renew_leases([(a.job_id, a.attempt), (b.job_id, b.attempt), (c.job_id, c.attempt)], {b.job_id}, TTL, later).lost
     assert lost == set()
     assert len(updates) == 1
     rows = {r.id: r for r in db.jobs()}
@@ -57,7 +57,7 @@ def test_a_lease_that_is_gone_is_reported_and_not_renewed(db, store):
         conn.execute(update(j).where(j.c.id == b.job_id).values(state=schema.READY, lease_owner=None, lease_expires=None))
     before = db.row(c.job_id).lease_expires
     # a stale token for c: an attempt that is not the one holding the lease
-    lost = store.renew_leases([(a.job_id, a.attempt), (b.job_id, b.attempt), (c.job_id, c.attempt - 1)], set(), TTL, time.time() + 50)
+    lost = store.renew_leases([(a.job_id, a.attempt), (b.job_id, b.attempt), (c.job_id, c.attempt - 1)], set(), TTL, time.time() + 50).lost
     assert lost == {b.job_id, c.job_id}
     assert db.row(b.job_id).state == schema.READY and db.row(b.job_id).lease_expires is None
     assert db.row(c.job_id).lease_expires == before

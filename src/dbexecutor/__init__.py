@@ -28,7 +28,8 @@ from .errors import (
     SchemaVersionError,
     WorkerDied,
 )
-from .records import ExecutorInfo, GroupInfo, JobDetail, JobSummary, StatusReport
+from .progress import report_progress
+from .records import ExecutorInfo, GroupInfo, JobDetail, JobProgress, JobSummary, StatusReport
 
 if TYPE_CHECKING:
     from .executor import Batch, DBExecutor, JobOptions, Submitter
@@ -76,6 +77,8 @@ __all__ = [
     "JobSummary",
     "JobDetail",
     "ExecutorInfo",
+    "JobProgress",
+    "report_progress",
     "DBExecutorError",
     "ConfigurationError",
     "DatabaseUnavailable",

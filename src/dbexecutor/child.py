@@ -9,6 +9,8 @@
            ◄── Result ────────────────────── the outcome, signed (never writes a row)
            ◄── Beat ──────────────────────── heartbeat thread, while a job runs;
                                              it ends the child if the lifeline closes
+           ◄── Progress ──────────────────── what the job reports (report_progress),
+                                             the latest value, a few times a second at most
 
 A child never opens a database connection (nor imports SQLAlchemy): the
 parent renews the lease of the attempt a child runs while that child's beats
@@ -32,9 +34,9 @@ from typing import Any, NoReturn
 
 import psutil
 
-from . import serialization
+from . import progress, serialization
 from .errors import CannotRunHere
-from .messages import Beat, Call, ChildConfig, InitFailed, Ready, Result, Stop, FromChild
+from .messages import Beat, Call, ChildConfig, InitFailed, Progress, Ready, Result, Stop, FromChild
 
 __all__ = ["child_main", "run_chunk"]
 
@@ -42,6 +44,9 @@ __all__ = ["child_main", "run_chunk"]
 # long job runs; jobs shorter than this go from leased to done.
 _RUNNING_MARK_DELAY = 0.1
 _PARENT_GONE = 70  # exit status of a child whose parent died
+# A job may report progress in a tight loop: the pipe carries at most one
+# value per this many seconds, the rest waits for the next beat (latest wins).
+_PROGRESS_EVERY = 0.25
 
 
 def run_chunk(fn: Callable[..., Any], chunk: Sequence[tuple[Any, ...]]) -> list[Any]:
@@ -106,12 +111,33 @@ class _Heartbeat(threading.Thread):
         self._job: tuple[int, int] | None = None
         self._next = 0.0
         self._wake_r, self._wake_w = os.pipe()
+        self._progress: Progress | None = None  # reported, not sent yet
+        self._progress_sent = 0.0  # monotonic time of the last Progress sent
 
     def start_job(self, job_id: int, attempt: int) -> None:
         with self._lock:
             self._job = (job_id, attempt)
             self._next = time.monotonic() + min(_RUNNING_MARK_DELAY, self.interval)
+            self._progress, self._progress_sent = None, 0.0
         os.write(self._wake_w, b"x")
+
+    def report(self, fraction: float | None, message: str | None) -> None:
+        """``report_progress`` from the job's thread: sent now, or with the next beat if one went out just now."""
+        with self._lock:
+            if self._job is None:
+                return
+            self._progress = Progress(*self._job, fraction, message)
+            if time.monotonic() - self._progress_sent < _PROGRESS_EVERY:
+                return
+        self._send_progress()
+
+    def _send_progress(self) -> None:
+        with self._lock:
+            msg, self._progress = self._progress, None
+            if msg is None or msg[:2] != self._job:
+                return
+            self._progress_sent = time.monotonic()
+        self.link.send(msg)
 
     def end_job(self) -> None:
         with self._lock:
@@ -134,6 +160,7 @@ class _Heartbeat(threading.Thread):
                 self._next = time.monotonic() + self.interval
             # A beat that crosses the job's Result is harmless: the parent
             # matches it against the job it believes runs, and ignores it.
+            self._send_progress()
             self.link.send(Beat(*job))
 
 
@@ -164,22 +191,25 @@ def _load(call: Call, signer: serialization.Signer) -> tuple[Callable[..., Any],
     return fn, args, kwargs
 
 
-def _run_one(call: Call, signer: serialization.Signer) -> tuple[bool, bytes, str | None, str | None]:
-    """Run one job; return (ok, signed pickle of the result or exception, "Type: message" on failure, why it was refused)."""
+def _run_one(call: Call, signer: serialization.Signer) -> tuple[bool, bytes, str | None, bool, str | None]:
+    """Run one job; return (ok, signed pickle of the result or exception, "Type: message" on failure,
+    whether the call was loaded (False if it failed before the function ran), why it was refused)."""
+    loaded = False
     try:
         try:
             fn, args, kwargs = _load(call, signer)
         except Exception as error:
             if _cannot_load_here(error):
                 why = f"{type(error).__name__}: {error} (on {socket.gethostname()}, Python {sys.version.split()[0]})"
-                return False, b"", why, why
+                return False, b"", why, False, why
             raise
+        loaded = True
         value = fn(*args, **kwargs)
-        return True, serialization.dump_result(value, call.job_id, signer), None, None
+        return True, serialization.dump_result(value, call.job_id, signer), None, True, None
     except BaseException as error:  # noqa: BLE001 - SystemExit in a job is the job's failure, as in ProcessPoolExecutor
         tb = serialization.format_remote_traceback(error)
         blob = serialization.dump_exception(error, remote_tb=tb, signer=signer)
-        return False, blob, serialization.exception_summary(error), None
+        return False, blob, serialization.exception_summary(error), loaded, None
 
 
 def child_main(conn: Connection, lifeline: Connection, config: ChildConfig) -> None:
@@ -194,6 +224,7 @@ def child_main(conn: Connection, lifeline: Connection, config: ChildConfig) -> N
         return
     beat = _Heartbeat(link, lifeline, config.heartbeat_interval)
     beat.start()
+    progress.install(beat.report)
     link.send(Ready())
     while True:
         call = link.recv()
@@ -201,6 +232,6 @@ def child_main(conn: Connection, lifeline: Connection, config: ChildConfig) -> N
             return
         beat.start_job(call.job_id, call.attempt)
         started = time.time()
-        ok, blob, summary, refused = _run_one(call, config.signer)
+        ok, blob, summary, loaded, refused = _run_one(call, config.signer)
         beat.end_job()
-        link.send(Result(call.job_id, call.attempt, ok, blob, summary, started, time.time(), refused))
+        link.send(Result(call.job_id, call.attempt, ok, blob, summary, started, time.time(), loaded, refused))

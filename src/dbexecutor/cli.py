@@ -2,33 +2,40 @@
 
 ::
 
-    dbexecutor status  [URL] [--watch]          counts per state and group, running jobs
+    dbexecutor status  [URL] [--watch]          counts per state and group, running jobs, throughput, ETA
     dbexecutor list    [URL] [--state S] ...    jobs matching filters
-    dbexecutor show    [URL] ID                 one job: call, edges, attempts, traceback
-    dbexecutor retry   [URL] ID... | --failed   failed/cancelled jobs (and their dependents) back to ready
-    dbexecutor cancel  [URL] ID...              jobs that have not started (and their dependents)
+    dbexecutor show    [URL] ID                 one job: call, edges, attempts, progress, traceback
+    dbexecutor retry   [URL] ID... | filters    failed/cancelled jobs (and their dependents) back to ready
+    dbexecutor cancel  [URL] ID... | filters    jobs that have not started (and their dependents);
+                                                with --running, running ones too, wherever they run
+    dbexecutor group   [URL] [--name G] ...     list groups, or show and change one
+    dbexecutor workers [URL]                    registered executors and workers, alive or dead
+    dbexecutor health  [URL]                    reachable, schema current, a live worker for ready work
     dbexecutor purge   [URL] --older-than 7d    delete finished jobs
     dbexecutor migrate [URL]                    create or upgrade the tables
     dbexecutor worker  [URL] --max-workers N    run jobs until SIGTERM/SIGINT
+    dbexecutor ui      [URL]                    the web UI (the ``ui`` extra)
 
 The URL comes from the positional argument, ``--url`` or ``$DBEXECUTOR_URL``;
 the signing secret from ``$DBEXECUTOR_SECRET`` or ``--secret-file`` (never a
 command-line value: other users can read a process's arguments). Nothing
 here unpickles a stored blob: ``show`` reads payloads and tracebacks with
-``pickletools``, which parses a pickle without running it.
+``pickletools``, which parses a pickle without running it. Every ``--json``
+output uses the same field names (``id``, ``state``, ``group``,
+``function``, ``key``, ``worker``...; see :mod:`dbexecutor.records`). Ages
+and times are the database server's.
 
 Exit codes (see :data:`EXIT_CODES`): 0 ok, 1 nothing found or nothing done,
 2 usage error (bad arguments or URL), 3 database unreachable or failing,
-4 no dbexecutor tables here (run ``migrate``) or tables from a newer version.
+4 no dbexecutor tables here (run ``migrate``) or tables of another version,
+5 (``health``) work is ready but no live worker runs jobs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict
 import os
-import pickletools
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -38,18 +45,21 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, SQLAlchemyError
 
 from . import __version__, schema, serialization
+from .blobs import pickle_summary, short as _short, stored_traceback
 from .errors import ConfigurationError, DatabaseUnavailable, PayloadRejected, SchemaVersionError
 from .dialects import resolve
 from .durations import parse_duration
+from .records import JobFilter, StopRequest
 from .store import Store, masked_url
 
-__all__ = ["main", "parse_duration", "EXIT_CODES"]
+__all__ = ["main", "parse_duration", "pickle_summary", "stored_traceback", "show_data", "EXIT_CODES"]
 
 EXIT_OK = 0
 EXIT_NOTHING = 1
 EXIT_USAGE = 2
 EXIT_DATABASE = 3
 EXIT_SCHEMA = 4
+EXIT_UNHEALTHY = 5
 
 #: What each exit status means, for scripts.
 EXIT_CODES = {
@@ -57,7 +67,8 @@ EXIT_CODES = {
     EXIT_NOTHING: "nothing found or nothing done (no such job, not in a state that allows it)",
     EXIT_USAGE: "usage error: bad arguments, malformed URL, unsupported database or driver",
     EXIT_DATABASE: "the database is unreachable or an SQL statement failed",
-    EXIT_SCHEMA: "no dbexecutor tables with this prefix (run `dbexecutor migrate`), or tables of a newer version",
+    EXIT_SCHEMA: "no dbexecutor tables with this prefix (run `dbexecutor migrate`), or tables of another version",
+    EXIT_UNHEALTHY: "health: work is ready to run but no live worker runs jobs",
 }
 
 URL_ENV = "DBEXECUTOR_URL"
@@ -97,11 +108,6 @@ def _when(ts: float | None) -> str:
     return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
-def _short(text: Any, width: int) -> str:
-    s = "-" if text is None else " ".join(str(text).split())
-    return s if len(s) <= width else s[: width - 1] + "…"
-
-
 def _table(headers: Sequence[str], rows: Sequence[Sequence[Any]], out: TextIO) -> None:
     cells = [[str(c) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in cells]) for i, h in enumerate(headers)]
@@ -115,69 +121,12 @@ def _bar(done: int, total: int, width: int = 20) -> str:
     return "[" + "#" * filled + "." * (width - filled) + f"] {done}/{total}"
 
 
+def _percent(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{100 * fraction:.0f}%"
+
+
 def _json(obj: Any, out: TextIO) -> None:
     out.write(json.dumps(obj, default=str, sort_keys=True) + "\n")
-
-
-# -- reading pickles without running them -------------------------------------------
-
-
-def pickle_summary(blob: bytes | None, max_items: int = 12) -> dict[str, Any]:
-    """What a stored pickle refers to and holds, read with ``pickletools`` (nothing is executed).
-
-    ``globals``: the importable names it would load (the function, classes);
-    ``values``: its first literal strings and numbers; ``signed``: whether it
-    carries a signature.
-    """
-    if blob is None:
-        return {"size": 0, "signed": False, "globals": [], "values": []}
-    data, signed = serialization.strip_signature(bytes(blob))
-    names: list[str] = []
-    values: list[Any] = []
-    strings: list[str] = []
-    try:
-        for op, arg, _pos in pickletools.genops(data):
-            if op.name == "GLOBAL" or op.name == "INST":
-                names.append(str(arg).replace(" ", "."))
-            elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
-                names.append(f"{strings[-2]}.{strings[-1]}")
-            elif isinstance(arg, str) and "UNICODE" in op.name:
-                strings.append(arg)
-                values.append(arg)
-            elif isinstance(arg, (int, float, bytes)) and ("INT" in op.name or "FLOAT" in op.name or "BYTES" in op.name):
-                if op.name not in ("PROTO", "FRAME", "MEMOIZE", "PUT", "BINPUT", "LONG_BINPUT", "GET", "BINGET", "LONG_BINGET"):
-                    values.append(arg)
-        error = None
-    except Exception as exc:  # a truncated or altered pickle: say so, keep what was read
-        error = f"{type(exc).__name__}: {exc}"
-    # The function and argument classes are referenced by name; their own names are not arguments.
-    named = {part for n in names for part in n.rsplit(".", 1)} | {n.rsplit(".", 1)[0] for n in names}
-    literal = [v for v in values if not (isinstance(v, str) and v in named)]
-    out: dict[str, Any] = {
-        "size": len(bytes(blob)),
-        "signed": signed,
-        "globals": list(dict.fromkeys(names))[:max_items],
-        "values": [_short(v, 60) if isinstance(v, str) else v for v in literal[:max_items]],
-    }
-    if error:
-        out["unreadable"] = error
-    return out
-
-
-def stored_traceback(blob: bytes | None) -> str | None:
-    """The child's formatted traceback inside a stored exception, found without unpickling it."""
-    if not blob:
-        return None
-    data, _ = serialization.strip_signature(bytes(blob))
-    best: str | None = None
-    try:
-        for _op, arg, _pos in pickletools.genops(data):
-            if isinstance(arg, str) and "Traceback (most recent call last)" in arg:
-                if best is None or len(arg) > len(best):
-                    best = arg
-    except Exception:
-        pass
-    return best.strip().strip('"').strip() if best else None
 
 
 def _signature(store: Store, blob: bytes | None, context: bytes) -> str:
@@ -196,17 +145,24 @@ def _signature(store: Store, blob: bytes | None, context: bytes) -> str:
 
 
 def _status_data(store: Store) -> dict[str, Any]:
-    data = store.status(store.now()).as_dict()
+    data = store.overview().as_dict()
     data["database"] = masked_url(store.url)
     data["prefix"] = store.prefix
-    data["group_settings"] = {g.name: {"weight": g.weight, "limit": g.limit} for g in store.groups()}
     return data
 
 
 def _print_status(data: dict[str, Any], out: TextIO) -> None:
     out.write(f"database  {data['database']}  prefix {data['prefix']!r}\n")
     states = data["states"]
-    out.write(f"jobs      {data['total']} total: " + "  ".join(f"{s} {states[s]}" for s in schema.ALL_STATES) + "\n\n")
+    out.write(f"jobs      {data['total']} total: " + "  ".join(f"{s} {states[s]}" for s in schema.ALL_STATES) + "\n")
+    flow = data["throughput"]
+    done_15, failed_15 = sum(flow["done"]), sum(flow["failed"])
+    rate = (sum(flow["done"][-5:]) + sum(flow["failed"][-5:])) / (5 * flow["bucket"])
+    eta = "-" if data["eta"] is None else _age(data["eta"])
+    out.write(
+        f"flow      {rate:.2f} jobs/s over the last 5 min ({done_15} done, {failed_15} failed in 15 min); "
+        f"{data['queued']} queued, ETA {eta}; {data['workers_alive']} live executor(s)\n\n"
+    )
     if len(data.get("queues", {})) > 1 or set(data.get("queues", {})) - {schema.DEFAULT_QUEUE}:
         _table(
             ["QUEUE", "TOTAL", "WAITING", "READY", "RUNNING", "DONE", "FAILED", "CANCELLED"],
@@ -238,8 +194,13 @@ def _print_status(data: dict[str, Any], out: TextIO) -> None:
     if data["running"]:
         out.write("running\n")
         _table(
-            ["ID", "STATE", "GROUP", "FUNCTION", "WORKER", "ATTEMPT", "AGE"],
-            [[r["id"], r["state"], r["group"], _short(r["function"], 50), _holder(r), r["attempt"], _age(r["age"])] for r in data["running"]],
+            ["ID", "STATE", "GROUP", "FUNCTION", "WORKER", "ATTEMPT", "AGE", "PROGRESS"],
+            [
+                [r["id"], r["state"] + (" (stopping)" if r["terminate_requested"] else ""), r["group"],
+                 _short(r["function"], 50), _holder(r), r["attempt"], _age(r["age"]),
+                 _short(" ".join(x for x in (_percent(r["progress"]) if r["progress"] is not None else "", r["progress_message"] or "") if x) or "-", 40)]
+                for r in data["running"]
+            ],
             out,
         )
         out.write("\n")
@@ -285,18 +246,28 @@ def cmd_status(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
-def cmd_list(store: Store, args: argparse.Namespace, out: TextIO) -> int:
+def _filter(store: Store, args: argparse.Namespace, default_states: Sequence[str] = ()) -> JobFilter:
+    """The job filter given on the command line (ages on the database server's clock)."""
     now = store.now()
-    found = store.list_jobs(
-        states=args.state or (),
+    older, newer = getattr(args, "older_than", None), getattr(args, "newer_than", None)
+    return JobFilter(
+        states=tuple(args.state or default_states),
         queue=args.queue,
         group=args.group,
         function=args.function,
-        key=args.key,
-        created_before=None if args.older_than is None else now - args.older_than,
-        created_after=None if args.newer_than is None else now - args.newer_than,
-        limit=args.limit,
+        key=getattr(args, "key", None),
+        created_before=None if older is None else now - older,
+        created_after=None if newer is None else now - newer,
     )
+
+
+def _filtered(args: argparse.Namespace) -> bool:
+    return bool(args.state or args.queue or args.group or args.function)
+
+
+def cmd_list(store: Store, args: argparse.Namespace, out: TextIO) -> int:
+    now = store.now()
+    found = store.list_jobs(_filter(store, args), limit=args.limit)
     rows = [r.as_dict() for r in found]
     if args.json:
         _json(rows, out)
@@ -313,45 +284,50 @@ def cmd_list(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK if rows else EXIT_NOTHING
 
 
-def cmd_show(store: Store, args: argparse.Namespace, out: TextIO) -> int:
-    (job_id,) = _ids(args, exactly_one=True)
+def show_data(store: Store, job_id: int) -> dict[str, Any] | None:
+    """What ``show --json`` prints for one job (and the UI's job page shows); None if there is no such job."""
     detail = store.job_detail(job_id)
     if detail is None:
-        raise _Failure(EXIT_NOTHING, f"no job with id {job_id}")
-    job = dict(detail.job)
-    payload, result = job.pop("payload"), job.pop("result")
-    info = {
-        **{k: v for k, v in job.items()},
-        "arguments": pickle_summary(payload),
-        "payload_signature": _signature(store, payload, serialization.PAYLOAD_CONTEXT),
-        "result_size": None if result is None else len(bytes(result)),
-        "result_signature": _signature(store, result, serialization.blob_context(job_id, job["state"])),
-        "traceback": stored_traceback(result) if job["state"] == schema.FAILED else None,
-        "depends_on": [asdict(e) for e in detail.depends_on],
-        "dependents": [asdict(e) for e in detail.dependents],
-        "attempts": [asdict(a) for a in detail.attempts],
+        return None
+    return {
+        **detail.as_dict(),
+        "arguments": pickle_summary(detail.payload),
+        "payload_signature": _signature(store, detail.payload, serialization.PAYLOAD_CONTEXT),
+        "result_size": None if detail.result is None else len(detail.result),
+        "result_signature": _signature(store, detail.result, serialization.blob_context(job_id, detail.state)),
+        "traceback": stored_traceback(detail.result) if detail.state == schema.FAILED else None,
     }
+
+
+def cmd_show(store: Store, args: argparse.Namespace, out: TextIO) -> int:
+    (job_id,) = _ids(args, exactly_one=True)
+    info = show_data(store, job_id)
+    if info is None:
+        raise _Failure(EXIT_NOTHING, f"no job with id {job_id}")
     if args.json:
         _json(info, out)
         return EXIT_OK
     w = out.write
-    w(f"job {job_id}: {job['state']}\n")
-    w(f"  function   {job['fn_name']}\n")
+    w(f"job {job_id}: {info['state']}\n")
+    w(f"  function   {info['function']}\n")
     args_info = info["arguments"]
     w(f"  payload    {args_info['size']} bytes, signature: {info['payload_signature']}\n")
     w(f"  refers to  {', '.join(args_info['globals']) or '-'}\n")
     w(f"  values     {', '.join(repr(v) for v in args_info['values']) or '-'}\n")
-    for label, col in (
-        ("key", "job_key"), ("queue", "queue"), ("group", "group_key"), ("priority", "priority"), ("timeout", "timeout"),
-    ):
-        w(f"  {label:<10} {job[col] if job[col] is not None else '-'}\n")
-    w(f"  attempt    {job['attempt']} (retries allowed up to attempt {job['retries'] + 1})\n")
-    w(f"  created    {_when(job['created_at'])}   started {_when(job['started_at'])}   finished {_when(job['finished_at'])}\n")
-    if job["lease_owner"]:
-        w(f"  lease      {job['lease_owner']} until {_when(job['lease_expires'])}\n")
-    if result is not None:
+    for label in ("key", "queue", "group", "priority", "timeout"):
+        w(f"  {label:<10} {info[label] if info[label] is not None else '-'}\n")
+    w(f"  attempt    {info['attempt']} (retries allowed up to attempt {info['retries'] + 1})\n")
+    w(f"  created    {_when(info['created_at'])}   started {_when(info['started_at'])}   finished {_when(info['finished_at'])}\n")
+    if info["worker"]:
+        w(f"  lease      {info['worker']} until {_when(info['lease_expires'])}\n")
+    progress = info["progress"]
+    if progress:
+        w(f"  progress   {_percent(progress['fraction'])} {progress['message'] or ''} (at {_when(progress['at'])})\n")
+    if info["terminate_requested"]:
+        w(f"  stopping   asked to stop at {_when(info['terminate_requested'])}\n")
+    if info["result_size"] is not None:
         w(f"  result     {info['result_size']} bytes, signature: {info['result_signature']}\n")
-    w(f"  error      {job['error'] or '-'}\n")
+    w(f"  error      {info['error'] or '-'}\n")
     for label, edges in (("depends on", info["depends_on"]), ("dependents", info["dependents"])):
         w(f"  {label} " + (", ".join(f"{e['id']} ({e['state']})" for e in edges) or "-") + "\n")
     if info["attempts"]:
@@ -370,23 +346,22 @@ def cmd_show(store: Store, args: argparse.Namespace, out: TextIO) -> int:
 def cmd_retry(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     ids = _ids(args)
     if args.failed:
-        if ids:
-            raise UsageError("give job ids or --failed, not both")
-        ids = store.ids_in_state(schema.FAILED)
-    elif not ids:
-        raise UsageError("retry needs job ids or --failed")
-    if not ids:
-        if args.json:
-            _json({"revived": {}, "refused": {}}, out)
-        else:
-            out.write("no failed jobs\n")
-        return EXIT_NOTHING
-    revived, refused = store.retry(ids, args.retries, store.now())
+        args.state = sorted(set(args.state or ()) | {schema.FAILED})
+    if ids and _filtered(args):
+        raise UsageError("give job ids or filters (--failed, --state, --group, --function), not both")
+    if ids:
+        revived, refused = store.retry(ids, args.retries, store.now())
+    elif _filtered(args):
+        revived, refused = store.retry_matching(_filter(store, args, default_states=(schema.FAILED,)), args.retries)
+    else:
+        raise UsageError("retry needs job ids, or filters: --failed, --state, --group, --function")
     if args.json:
         _json({"revived": revived, "refused": refused}, out)
+    elif not revived and not refused:
+        out.write("no job matches\n")
     else:
         for jid, state in sorted(revived.items()):
-            note = "" if jid in ids else " (dependent)"
+            note = "" if jid in ids or not ids else " (dependent)"
             out.write(f"job {jid}: {state}{note}\n")
         for jid, why in sorted(refused.items()):
             out.write(f"job {jid}: not retried: {why}\n")
@@ -395,23 +370,42 @@ def cmd_retry(store: Store, args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_cancel(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     ids = _ids(args)
-    if not ids:
-        raise UsageError("cancel needs job ids")
-    finals = store.cancel(ids, store.now())
-    cancelled = sorted(f.job_id for f in finals)
-    missed = {}
-    for jid in ids:
-        if jid not in cancelled:
-            row = store.job(jid)
-            missed[jid] = "no such job" if row is None else f"it is {row.state}; only waiting or ready jobs can be cancelled"
-    if args.json:
-        _json({"cancelled": cancelled, "not_cancelled": missed}, out)
+    if ids and _filtered(args):
+        raise UsageError("give job ids or filters (--state, --group, --function), not both")
+    if not ids and not _filtered(args):
+        raise UsageError("cancel needs job ids, or filters: --state, --group, --function")
+    if args.running:
+        if ids:
+            request = store.request_stop(ids)
+        else:
+            request = store.stop_matching(_filter(store, args, default_states=schema.PENDING_STATES + schema.ACTIVE_STATES))
     else:
-        for jid in cancelled:
-            out.write(f"job {jid}: cancelled{'' if jid in ids else ' (dependent)'}\n")
-        for jid, why in sorted(missed.items()):
+        if args.state and set(args.state) - set(schema.PENDING_STATES):
+            raise UsageError("only waiting or ready jobs can be cancelled; add --running to stop running ones")
+        if ids:
+            cancelled = sorted(f.job_id for f in store.cancel(ids, store.now()))
+            missed: dict[int, str] = {}
+            for jid in ids:
+                if jid not in cancelled:
+                    row = store.job(jid)
+                    missed[jid] = "no such job" if row is None else f"it is {row.state}; only waiting or ready jobs can be cancelled (--running stops running ones)"
+            request = StopRequest(cancelled, [], missed)
+        else:
+            request = store.stop_matching(_filter(store, args, default_states=schema.PENDING_STATES), running=False)
+    if args.json:
+        _json(request.as_dict(), out)
+    else:
+        if not request.cancelled and not request.terminating and not request.refused:
+            out.write("no job matches\n")
+        for jid in request.cancelled:
+            out.write(f"job {jid}: cancelled{' (dependent)' if ids and jid not in ids else ''}\n")
+        for jid in request.terminating:
+            out.write(f"job {jid}: running; its owner stops it at its next beat\n")
+        for jid, why in sorted(request.refused.items()):
             out.write(f"job {jid}: not cancelled: {why}\n")
-    return EXIT_OK if any(i in cancelled for i in ids) else EXIT_NOTHING
+    asked = set(ids) if ids else set(request.cancelled) | set(request.terminating)
+    acted = (set(request.cancelled) | set(request.terminating)) & asked
+    return EXIT_OK if acted else EXIT_NOTHING
 
 
 def cmd_purge(store: Store, args: argparse.Namespace, out: TextIO) -> int:
@@ -449,6 +443,49 @@ def cmd_migrate(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     return EXIT_OK
 
 
+def cmd_workers(store: Store, args: argparse.Namespace, out: TextIO) -> int:
+    found = [e for e in store.executors() if args.all or e.alive or e.running]
+    if args.json:
+        _json([e.as_dict() for e in found], out)
+    else:
+        _table(
+            ["NAME", "KIND", "HOST", "PID", "AGE", "SLOTS", "RUNNING", "LAST BEAT", "STATUS"],
+            [
+                [e.name, e.kind, e.host, e.pid, _age(e.age), e.slots, e.running, _age(e.since_beat) + " ago",
+                 "alive" if e.alive else ("stopped" if e.stopped_at is not None else "dead")
+                 + ("" if e.rescue_in is None else f", jobs back to ready in {_age(e.rescue_in)}")]
+                for e in found
+            ],
+            out,
+        )
+    return EXIT_OK if found else EXIT_NOTHING
+
+
+def cmd_health(store: Store, args: argparse.Namespace, out: TextIO) -> int:
+    report = store.health()
+    data = {"database": masked_url(store.url), "prefix": store.prefix, "reachable": True, **report.as_dict()}
+    if not report.schema_current:
+        status, why = EXIT_SCHEMA, (
+            f"the tables are at schema version {report.schema_version}, this dbexecutor writes {report.expected_version}: "
+            + ("run `dbexecutor migrate`" if (report.schema_version or 0) < report.expected_version else "upgrade dbexecutor")
+        )
+    elif report.starved:
+        status, why = EXIT_UNHEALTHY, f"work is ready in group(s) {', '.join(report.starved)} but no live worker runs jobs"
+    else:
+        status, why = EXIT_OK, (
+            f"ok: schema version {report.schema_version}, {report.workers_alive} live worker(s), "
+            f"{len(report.runnable_groups)} group(s) with ready work"
+        )
+    data["ok"], data["message"] = status == EXIT_OK, why
+    if args.json:
+        _json(data, out)
+    elif status == EXIT_OK:
+        out.write(why + "\n")
+    if status != EXIT_OK:
+        raise _Failure(status, why)
+    return EXIT_OK
+
+
 def _limit(text: str) -> int | None:
     if text.lower() in ("none", "off", "unlimited"):
         return None
@@ -456,6 +493,13 @@ def _limit(text: str) -> int | None:
     if value < 0:
         raise argparse.ArgumentTypeError("a limit is >= 0 (0 pauses the group), or 'none'")
     return value
+
+
+def _group_dict(info: Any, counts: dict[str, int] | None = None) -> dict[str, Any]:
+    out = {"name": info.name, "weight": info.weight, "limit": info.limit, "vtime": info.vtime, "paused": info.limit == 0}
+    if counts is not None:
+        out["jobs"] = counts
+    return out
 
 
 def cmd_group(store: Store, args: argparse.Namespace, out: TextIO) -> int:
@@ -466,6 +510,10 @@ def cmd_group(store: Store, args: argparse.Namespace, out: TextIO) -> int:
         changes["weight"] = args.weight
     if args.limit is not _NO_LIMIT_GIVEN:
         changes["limit"] = args.limit
+    if args.name is None:
+        if changes:
+            raise UsageError("--weight and --limit change one group: name it with --name")
+        return _list_groups(store, args, out)
     if changes:
         info = store.configure_group(args.name, **changes)
     else:
@@ -474,11 +522,31 @@ def cmd_group(store: Store, args: argparse.Namespace, out: TextIO) -> int:
             raise _Failure(EXIT_NOTHING, f"no group named {args.name!r}")
         info = found[0]
     if args.json:
-        _json({"name": info.name, "weight": info.weight, "limit": info.limit, "vtime": info.vtime}, out)
+        _json({k: v for k, v in _group_dict(info).items() if k != "paused"}, out)
     else:
         limit = "none" if info.limit is None else str(info.limit)
         out.write(f"group {info.name}: weight {info.weight}, limit {limit}{' (paused)' if info.limit == 0 else ''}\n")
     return EXIT_OK
+
+
+def _list_groups(store: Store, args: argparse.Namespace, out: TextIO) -> int:
+    counts = store.status(running_limit=0).groups
+    groups = store.groups()
+    rows = [_group_dict(g, counts[g.name].as_dict() if g.name in counts else {s: 0 for s in schema.ALL_STATES}) for g in groups]
+    if args.json:
+        _json(rows, out)
+    else:
+        _table(
+            ["GROUP", "WEIGHT", "LIMIT", "WAITING", "READY", "RUNNING", "DONE", "FAILED", "CANCELLED"],
+            [
+                [r["name"], r["weight"], "paused" if r["paused"] else ("none" if r["limit"] is None else r["limit"]),
+                 r["jobs"]["waiting"], r["jobs"]["ready"], r["jobs"]["leased"] + r["jobs"]["running"],
+                 r["jobs"]["done"], r["jobs"]["failed"], r["jobs"]["cancelled"]]
+                for r in rows
+            ],
+            out,
+        )
+    return EXIT_OK if rows else EXIT_NOTHING
 
 
 _NO_LIMIT_GIVEN: Any = object()
@@ -523,10 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("list", help="jobs matching filters, newest first")
     _common(p)
-    p.add_argument("--state", action="append", choices=schema.ALL_STATES, help="repeatable")
-    p.add_argument("--queue")
-    p.add_argument("--group")
-    p.add_argument("--function", help="substring of the function's qualified name")
+    _filters(p, schema.ALL_STATES)
     p.add_argument("--key")
     p.add_argument("--older-than", type=parse_duration, help="created longer ago than this (7d, 12h, ...)")
     p.add_argument("--newer-than", type=parse_duration, help="created within this (30m, ...)")
@@ -537,15 +602,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("retry", help="failed or cancelled jobs (and dependents that failed because of them) back to ready")
     _common(p, ids="job ids (optionally preceded by the URL)")
-    p.add_argument("--failed", action="store_true", help="every failed job")
+    p.add_argument("--failed", action="store_true", help="every failed job (same as --state failed)")
+    _filters(p, (schema.FAILED, schema.CANCELLED), "with --group/--function alone: failed")
     p.add_argument("--retries", type=int, default=0, help="further retries after the next attempt (default 0)")
 
-    p = sub.add_parser("cancel", help="cancel jobs that have not started, and their dependents")
+    p = sub.add_parser("cancel", help="cancel jobs that have not started, and their dependents; --running: running ones too")
     _common(p, ids="job ids (optionally preceded by the URL)")
+    _filters(p, schema.PENDING_STATES + schema.ACTIVE_STATES, "default: waiting and ready, and with --running leased and running")
+    p.add_argument(
+        "--running", action="store_true",
+        help="also stop jobs that run: their owner kills the process tree at its next beat, and they end cancelled",
+    )
 
-    p = sub.add_parser("group", help="show or change a group's weight and concurrency limit (for every executor)")
+    p = sub.add_parser("group", help="list the groups, or show or change one's weight and concurrency limit (everywhere)")
     _common(p)
-    p.add_argument("--name", required=True, help="the group")
+    p.add_argument("--name", default=None, help="the group (without it: list every group)")
     p.add_argument("--weight", type=int, default=None, help="share of the slots when they are scarce (>= 1)")
     p.add_argument(
         "--limit", type=_limit, default=_NO_LIMIT_GIVEN,
@@ -560,12 +631,36 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("migrate", help="create or upgrade the tables")
     _common(p)
 
+    p = sub.add_parser("workers", help="registered executors and workers: host, pid, age, running jobs, last beat, alive")
+    _common(p)
+    p.add_argument("--all", action="store_true", help="also those stopped or dead that hold nothing")
+
+    p = sub.add_parser(
+        "health", help="exit 0 if the database answers, its schema is current and a live worker serves ready work",
+        epilog="exit status: 0 healthy; 3 database unreachable; 4 no tables, or another schema version; "
+               "5 work is ready but no live worker runs jobs",
+    )
+    _common(p)
+
+    p = sub.add_parser("ui", help="the web UI: overview, jobs, graphs, workers, metrics (pip install 'dbexecutor[ui]')")
+    _common(p)
+    from .ui import add_arguments as add_ui_arguments
+
+    add_ui_arguments(p)
+
     p = sub.add_parser("worker", help="run jobs from the database until SIGTERM/SIGINT")
     _common(p)
     from .worker import add_arguments
 
     add_arguments(p)
     return parser
+
+
+def _filters(p: argparse.ArgumentParser, states: Sequence[str], note: str = "") -> None:
+    p.add_argument("--state", action="append", choices=states, help="repeatable" + (f"; {note}" if note else ""))
+    p.add_argument("--queue", help="jobs of this queue")
+    p.add_argument("--group", help="jobs of this group")
+    p.add_argument("--function", help="a substring of the function's qualified name")
 
 
 def _resolve_target(args: argparse.Namespace) -> None:
@@ -610,6 +705,8 @@ _COMMANDS: dict[str, Callable[[Store, argparse.Namespace, TextIO], int]] = {
     "purge": cmd_purge,
     "group": cmd_group,
     "migrate": cmd_migrate,
+    "workers": cmd_workers,
+    "health": cmd_health,
 }
 
 
@@ -641,6 +738,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
             from .worker import run_worker
 
             return run_worker(args)
+        if args.command == "ui":
+            from .ui import run_ui
+
+            return run_ui(args)
         if args.command != "migrate" and resolve(args.url).database_missing():
             # Reading must not leave an empty SQLite file behind.
             return fail(EXIT_SCHEMA, f"no database at {masked_url(resolve(args.url).url)}; run `dbexecutor migrate` first")

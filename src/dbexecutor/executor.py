@@ -260,7 +260,7 @@ class Batch(JobFuture[list[Any]]):
     """
 
     def __init__(self, executor: DBExecutor, options: JobOptions) -> None:
-        super().__init__(None, executor._scheduler.cancel_job, executor._store.identity)  # type: ignore[arg-type]
+        super().__init__(None, executor._scheduler, executor._store.identity)  # type: ignore[arg-type]
         self._executor = executor
         self._options = options
         #: The children's futures, in submission order.

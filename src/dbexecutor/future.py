@@ -1,20 +1,35 @@
 """``JobFuture``: a ``concurrent.futures.Future`` that knows its job row.
 
-No database imports here: cancelling goes through a callable the executor
-provides, and resolving from a stored row goes through :meth:`JobFuture._apply`.
+No database imports here: cancelling, terminating and reading progress go
+through the :class:`JobControl` the executor provides (its scheduler), and
+resolving from a stored row goes through :meth:`JobFuture._apply`.
 """
 
 from __future__ import annotations
 
 from concurrent.futures import CancelledError, Future, InvalidStateError
 from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED, PENDING, RUNNING
-from typing import Any, Callable, Generic, TypeVar
+from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from . import schema, serialization
+from .records import JobProgress
 
-__all__ = ["JobFuture"]
+__all__ = ["JobFuture", "JobControl"]
 
 T = TypeVar("T")
+
+
+class JobControl(Protocol):
+    """What a future asks of the executor that made it (implemented by its scheduler)."""
+
+    def cancel_job(self, job_id: int) -> bool:
+        """Cancel the job if it has not started (and its dependents); True if it was cancelled."""
+
+    def terminate_job(self, job_id: int) -> bool:
+        """Stop the job wherever it runs, or cancel it if it has not started; False if it had finished."""
+
+    def job_progress(self, job_id: int) -> JobProgress | None:
+        """What the job last reported about its progress."""
 
 
 class JobFuture(Future[T], Generic[T]):
@@ -32,7 +47,7 @@ class JobFuture(Future[T], Generic[T]):
     def __init__(
         self,
         job_id: int,
-        canceller: Callable[[int], bool] | None = None,
+        control: JobControl | None = None,
         identity: Any = None,
         flusher: Callable[[], None] | None = None,
     ) -> None:
@@ -41,7 +56,7 @@ class JobFuture(Future[T], Generic[T]):
         # Given while the job waits to be written with the next commit of
         # submits: reading ``job_id`` then writes it first.
         self._flusher = flusher
-        self._canceller = canceller
+        self._control = control
         # Which database and prefix the job lives in: a future is a valid
         # dependency only for executors on the same tables.
         self._identity = identity
@@ -84,12 +99,35 @@ class JobFuture(Future[T], Generic[T]):
                 return True
             if self._state in (RUNNING, FINISHED):
                 return False
-        if self._canceller is None:
+        if self._control is None:
             return super().cancel()
         # The database decides: the executor resolves this future (and its
         # dependents' futures) as cancelled when the conditional update wins.
-        self._canceller(self.job_id)
+        self._control.cancel_job(self.job_id)
         return self.cancelled()
+
+    def terminate(self) -> bool:
+        """Stop the job wherever it runs: its owner kills its process tree at its next beat.
+
+        The job ends ``cancelled`` (an attempt row says ``terminated``) and
+        its dependents are cancelled; this future then raises
+        ``CancelledError`` (as a running future it cannot say ``cancelled()``).
+        A job that has not started is simply cancelled. Returns False if the
+        job had finished already; otherwise it returns at once, without
+        waiting for the kill (wait on the future for that).
+        """
+        if self.done():
+            return False
+        if self._control is None:
+            return super().cancel()
+        return self._control.terminate_job(self.job_id)
+
+    @property
+    def progress(self) -> JobProgress | None:
+        """What the job last reported with ``dbexecutor.report_progress`` (read from its row: one query)."""
+        if self._control is None or self._job_id is None:
+            return None
+        return self._control.job_progress(self._job_id)
 
     def _cancel_local(self) -> None:
         """Mark cancelled after the database said so; a running future gets ``CancelledError``."""

@@ -9,6 +9,8 @@
     Call(job_id, attempt, payload, inputs) ────────────────► main thread: run it
                              ◄──────────── Beat(job_id, attempt)   heartbeat thread,
                                                                    while the job runs
+                             ◄──────────── Progress(...)           what the job reported
+                                                                   (report_progress)
                              ◄──────────── Result(...)             the outcome
     Stop ──────────────────────────────────────────────────► exit
 
@@ -28,7 +30,7 @@ from typing import Any, Callable, NamedTuple, Union
 
 from .serialization import Signer
 
-__all__ = ["ChildConfig", "Call", "Stop", "Ready", "InitFailed", "Beat", "Result", "ToChild", "FromChild"]
+__all__ = ["ChildConfig", "Call", "Stop", "Ready", "InitFailed", "Beat", "Progress", "Result", "ToChild", "FromChild"]
 
 
 class ChildConfig(NamedTuple):
@@ -82,14 +84,26 @@ class Beat(NamedTuple):
     attempt: int
 
 
+class Progress(NamedTuple):
+    """What the running attempt last reported with ``dbexecutor.report_progress`` (the parent keeps the latest)."""
+
+    job_id: int
+    attempt: int
+    fraction: float | None
+    message: str | None
+
+
 class Result(NamedTuple):
     """How one attempt ended in the child; the parent writes it to the row.
 
     ``blob`` is the signed pickle of the return value (``ok``) or of the
     exception; ``error`` is ``Type: message`` on failure; ``started`` and
-    ``ended`` are the child's wall-clock times. ``refused``: the job never
-    ran because this child could not load its function or arguments (why, and
-    on which host): not the job's failure, it goes back for another executor.
+    ``ended`` are the child's wall-clock times. ``loaded`` is False when the
+    job failed before its function ran: its payload or an upstream result
+    could not be checked or unpickled here (a deployment problem: code not
+    importable, another secret). ``refused``: the job never ran because this
+    child could not load its function or arguments (why, and on which host):
+    not the job's failure, it goes back for another executor.
     """
 
     job_id: int
@@ -99,8 +113,9 @@ class Result(NamedTuple):
     error: str | None
     started: float
     ended: float
+    loaded: bool = True
     refused: str | None = None
 
 
 ToChild = Union[Call, Stop]
-FromChild = Union[Ready, InitFailed, Beat, Result]
+FromChild = Union[Ready, InitFailed, Beat, Progress, Result]

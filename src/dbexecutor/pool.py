@@ -55,7 +55,7 @@ class Assignment:
     attempt: int
     timeout: float | None
     retry_delay: float  # the backoff base if this attempt fails and may be retried
-    fn_name: str = ""
+    function: str = ""  # the job's function, for log lines
 
     @property
     def lease(self) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from typing import Any
 
 from . import schema, serialization
 from .errors import PayloadRejected
-from .future import JobFuture
+from .future import JobControl, JobFuture
 from .records import Final, Submitted
 
 __all__ = ["Registry"]
@@ -31,8 +31,8 @@ log = logging.getLogger("dbexecutor")
 class Registry:
     """The futures of one executor's jobs, and which of them are still outstanding."""
 
-    def __init__(self, canceller: Callable[[int], bool], identity: Any, signer: serialization.Signer) -> None:
-        self._canceller = canceller
+    def __init__(self, control: JobControl, identity: Any, signer: serialization.Signer) -> None:
+        self._control = control
         self._identity = identity
         self._signer = signer
         self._lock = threading.RLock()
@@ -44,7 +44,7 @@ class Registry:
 
     def new_future(self, flusher: Callable[[], None] | None = None) -> JobFuture[Any]:
         """A future for a job not written yet: ``flusher`` writes it when someone needs its id."""
-        return JobFuture(None, self._canceller, self._identity, flusher=flusher)  # type: ignore[arg-type]
+        return JobFuture(None, self._control, self._identity, flusher=flusher)  # type: ignore[arg-type]
 
     # -- tracking --------------------------------------------------------------------
 
@@ -53,7 +53,7 @@ class Registry:
         with self._lock:
             fut = self._futures.get(job_id)
             if fut is None:
-                fut = future if future is not None else JobFuture(job_id, self._canceller, self._identity)
+                fut = future if future is not None else JobFuture(job_id, self._control, self._identity)
                 self._futures[job_id] = fut
             if outstanding:
                 self._outstanding.add(job_id)

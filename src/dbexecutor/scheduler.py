@@ -48,8 +48,9 @@ from .flags import ExecutorFlags
 from .future import JobFuture
 from .pace import Pace
 from .registry import Registry
-from .records import Claimed, Final, Finished, NewJob, Registration, Report, Submitted
+from .records import Claimed, Final, Finished, JobProgress, NewJob, Registration, Report, Submitted
 from .states import DEFAULT_QUEUE
+from .stats import SchedulerStats
 from .store import Store
 from .store.sql import Scope
 from .submitqueue import Item, SubmitQueue, short_error
@@ -59,6 +60,7 @@ from .wakeup import DueTimes, Wakeup
 __all__ = ["Scheduler", "Settings", "interpreter_shutting_down"]
 
 log = logging.getLogger("dbexecutor")
+jobs_log = logging.getLogger("dbexecutor.jobs")
 
 _IN_POLL = 500  # ids checked per remote poll
 _PENDING_PER_TICK = 2000  # queued submits written per scheduler tick
@@ -156,9 +158,11 @@ class Scheduler:
         self.flags = ExecutorFlags()
         #: Run-time and transaction-time averages (public so tests can pin them).
         self.pace = Pace()
+        #: Jobs started, attempts ended, claim latency, rescues (exported by ``worker --metrics-port``).
+        self.stats = SchedulerStats()
         self._wakeup = Wakeup()
         self._dues = DueTimes()
-        self._registry = Registry(self.cancel_job, store.identity, store.signer)
+        self._registry = Registry(self, store.identity, store.signer)
         self._queue = SubmitQueue(store, self._registry, self.flags, self._wakeup.wake)
         self._supervisor = Supervisor(settings, store.signer, self.pace, self._wakeup.wake)
         # Kept across a database outage until written:
@@ -268,6 +272,19 @@ class Scheduler:
         for final in finals:
             self._registry.resolve(final)
         return {f.job_id for f in finals}
+
+    def terminate_job(self, job_id: int) -> bool:
+        """Stop one job wherever it runs (cancelled if it has not started); False if it had finished already."""
+        self.flush()
+        request = self.store.request_stop([job_id])
+        if request.cancelled:
+            for final in self.store.finals(request.cancelled):
+                self._registry.resolve(final)
+        return job_id in request.cancelled or job_id in request.terminating
+
+    def job_progress(self, job_id: int) -> JobProgress | None:
+        """What job ``job_id`` last reported about its progress (read from its row)."""
+        return self.store.progress(job_id)
 
     def request_shutdown(self, cancel_futures: bool = False, *, wait: bool = True) -> None:
         """Stop taking new work; the loop ends once this process's jobs are finished.
@@ -451,6 +468,7 @@ class Scheduler:
             return
         self._next_reclaim = now + min(self.s.lease_ttl / 2, 5.0)
         reclaimed = self.store.reclaim_expired(self.store.now())
+        self.stats.rescued(len(reclaimed))
         if reclaimed:
             log.warning("reclaimed %d job(s) whose lease expired: %s", len(reclaimed), reclaimed[:20])
 
@@ -482,9 +500,14 @@ class Scheduler:
             if not items and not self._reports:
                 if limit > 0:
                     probe = not self._wakeup.take_work_hint()
-                    self._claimed += self.store.claim(
+                    started = time.monotonic()
+                    claimed = self.store.claim(
                         self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe, scope=self._scope()
                     )
+                    if claimed:  # an idle probe is not a claim
+                        self.stats.claimed(time.monotonic() - started)
+                        self.stats.started(len(claimed))
+                    self._claimed += claimed
                 return
             written = self._commit(items, limit)
         if written is not None:
@@ -500,6 +523,8 @@ class Scheduler:
             )
             if self._reports:
                 self.pace.tick_recorded(time.monotonic() - started)
+            if limit > 0:
+                self.stats.claimed(time.monotonic() - started)
         except (DBAPIError, ValueError) as error:
             self._queue.requeue(items)
             if not items or not self._queue.refused(error):
@@ -513,6 +538,8 @@ class Scheduler:
             # into a limbo where reading their ids would wait forever.
             self._queue.requeue(items)
             raise
+        self.stats.ended(self._reports)
+        self.stats.started(len(claimed))
         self._reports = []
         self._claimed += claimed
         self._queue.stored(items, inserted)
@@ -538,9 +565,10 @@ class Scheduler:
     def _cannot_run(self, report: Report) -> None:
         """A child could not load a job: stop claiming its function here for a while, and say so."""
         if report.fn_name not in self._skip:
-            log.warning(
-                "job %d (%s): this executor cannot load it (%s); it goes back for other executors, and %s "
-                "is not claimed here for %g s", report.job_id, report.fn_name, report.error, report.fn_name, _SKIP_FOR,
+            jobs_log.warning(
+                "job %d (%s) attempt %d could not be loaded here: %s; is the same code importable here? It goes "
+                "back for other executors, and %s is not claimed here for %g s",
+                report.job_id, report.fn_name, report.attempt, report.error, report.fn_name, _SKIP_FOR,
             )
         self._skip[report.fn_name] = time.monotonic() + _SKIP_FOR
 
@@ -585,11 +613,14 @@ class Scheduler:
         self._supervisor.drain()  # a beat that arrived during this tick counts
         held, started = self._supervisor.leases(now)
         held += [(job.job_id, job.attempt) for job in self._claimed]
-        lost = self.store.beat(self.registration, held, started, self.s.lease_ttl)
-        pairs = {pair for pair in held if pair[0] in lost}
+        progress = self._supervisor.take_progress()  # the latest per job, written with the renewal
+        renewal = self.store.beat(self.registration, held, started, self.s.lease_ttl, progress)
+        pairs = {pair for pair in held if pair[0] in renewal.lost}
         for job_id, attempt in sorted(pairs - self._lost):
             log.warning("job %d attempt %d lost its lease; its result will be discarded", job_id, attempt)
         self._lost = pairs
+        if renewal.stop:  # someone asked for these to stop: the supervisor kills them
+            self._supervisor.terminate({pair for pair in held if pair[0] in renewal.stop})
         self._supervisor.starts_marked()
         self._next_renew = now + self.s.heartbeat_interval
 

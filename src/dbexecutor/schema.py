@@ -42,9 +42,11 @@ from .dialects.types import JOBS_OPTIONS, TABLE_OPTIONS, Blob, Id, LongText, par
 
 #: Version 3 added ``arg_refs``, ``failed_upstream`` and ``retry_delay`` to ``jobs``;
 #: version 4 the ``executors`` table; version 5 queues (``jobs.queue``,
-#: ``executors.queues``, the ready index led by the queue) (``dbexecutor.store.migrations`` upgrades
-#: tables of version 2 and later in place when it opens them).
-SCHEMA_VERSION = 5
+#: ``executors.queues``, the ready index led by the queue); version 6 a job's
+#: progress, the request to terminate it while it runs, and the indexes
+#: operators' lists page by. ``dbexecutor.store.migrations`` upgrades tables
+#: of version 2 and later in place when it opens them.
+SCHEMA_VERSION = 6
 
 # The states live in their own module (no database code) and are re-exported here.
 from .states import (  # noqa: E402
@@ -62,6 +64,9 @@ from .states import (  # noqa: E402
     RUNNING,
     WAITING,
 )
+
+#: The indexes that operators' lists page through: ``ix_jobs_<name>`` on (column, id).
+PAGED_BY = {"state": "state", "group": "group_key", "function": "fn_name"}
 
 _PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,29}$")
 
@@ -139,6 +144,15 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         Column("created_at", Double, nullable=False),
         Column("started_at", Double, nullable=True),
         Column("finished_at", Double, nullable=True),
+        # What the job says about itself (dbexecutor.report_progress), written by its
+        # owner with a lease renewal: a fraction from 0 to 1 (NULL: only a message).
+        Column("progress", Double, nullable=True),
+        Column("progress_message", String(255), nullable=True),
+        Column("progress_at", Double, nullable=True),
+        # When someone asked for the running job to stop (JobFuture.terminate, cancel
+        # --running): its owner sees it at its next beat, kills the process tree and
+        # records the job cancelled.
+        Column("terminate_requested", Double, nullable=True),
         UniqueConstraint("job_key", name=f"{prefix}uq_jobs_key"),
         **JOBS_OPTIONS,
     )
@@ -162,6 +176,11 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
     Index(f"{prefix}ix_jobs_lease", jobs.c.state, jobs.c.lease_expires, **partial(active))
     # Retention and purge look for jobs finished before a bound.
     Index(f"{prefix}ix_jobs_finished", jobs.c.finished_at)
+    # Operators' lists show jobs newest first, a page at a time (keyset paging on
+    # the id) within a state, a group or a function, or by age.
+    for name, column in PAGED_BY.items():
+        Index(f"{prefix}ix_jobs_{name}", jobs.c[column], jobs.c.id)
+    Index(f"{prefix}ix_jobs_created", jobs.c.created_at)
     deps = Table(
         f"{prefix}job_deps",
         md,

@@ -6,13 +6,17 @@
                                        │              │
     scheduler thread ◄── reports ──────┼──────────────┘  (outcomes to write)
           │          ◄── releases ─────┤  (jobs a dead child held but never started)
-          │          ◄── leases() ─────┘  (which leases to renew, which jobs run)
+          │          ◄── leases() ─────┤  (which leases to renew, which jobs run)
+          │          ◄── progress ─────┘  (the latest each running job reported)
+          ├─ terminate(leases) ─ jobs someone asked to stop (a renewal said so)
           └─ check_timeouts() ──► kill thread: process tree ──► report "timeout"
+                                                                or "terminated"
 
 Everything here runs in the scheduler thread, except the kill of a child
-whose job passed its timeout: terminating a process tree waits up to a grace
-period, so it runs in a thread of its own while the loop goes on
-dispatching, and its report joins the others when the tree is gone.
+whose job passed its timeout or was asked to stop: terminating a process
+tree waits up to a grace period, so it runs in a thread of its own while the
+loop goes on dispatching, and its report joins the others when the tree is
+gone.
 
 No database access here: the loop writes what this collects.
 """
@@ -27,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import serialization
 from .errors import JobTimeoutError, WorkerDied
-from .messages import Beat, Call, ChildConfig, InitFailed, Ready, Result, Stop
+from .messages import Beat, Call, ChildConfig, InitFailed, Progress, Ready, Result, Stop
 from .pace import Pace
 from .pool import Assignment, Child, describe_exit, kill_trees, start_child
 from .records import Claimed, Report
@@ -39,11 +43,15 @@ if TYPE_CHECKING:
 __all__ = ["Supervisor"]
 
 log = logging.getLogger("dbexecutor")
+# How each attempt that failed ended, one line each: a logger of its own, so
+# that an application that handles failures through its futures can quiet it.
+jobs_log = logging.getLogger("dbexecutor.jobs")
 
 _STOP_WAIT = 2.0  # seconds stopped children get to exit before their trees are killed
 # A running job's lease is renewed while its child was heard from within this
 # many heartbeat intervals: one missed beat is jitter, two mean it is stuck.
 _FRESH_BEATS = 2.0
+_SUMMARY = 300  # characters of an exception's message in a log line
 
 
 class Supervisor:
@@ -63,6 +71,8 @@ class Supervisor:
         self._releases: list[tuple[int, int]] = []
         self._init_failure: str | None = None
         self._new_starts = False  # a job's first beat arrived: its row should say running soon
+        self._progress: dict[tuple[int, int], tuple[float | None, str | None]] = {}  # latest per running attempt
+        self._stopping: set[tuple[int, int]] = set()  # leases whose jobs someone asked to stop
 
     # -- what the loop waits on ---------------------------------------------------
 
@@ -122,6 +132,10 @@ class Supervisor:
             c.heard = time.monotonic()
             if isinstance(msg, Beat):
                 self._beat(c, msg)
+            elif isinstance(msg, Progress):
+                running = c.running
+                if running is not None and running.lease == (msg.job_id, msg.attempt):
+                    self._progress[running.lease] = (msg.fraction, msg.message)
             elif isinstance(msg, Result):
                 if not self._result(c, msg):
                     return
@@ -153,9 +167,11 @@ class Supervisor:
         if c.queue:
             c.head_started()  # the child goes straight on to the next job it holds
         outcome = "ok" if msg.ok else ("refused" if msg.refused else "exception")
+        if not msg.ok and not msg.refused:
+            self._log_failure(c, head, msg)
         self._report(Report(
             msg.job_id, msg.attempt, msg.ok, msg.blob, outcome, msg.refused or msg.error,
-            worker_name(c.pid), msg.started, msg.ended, head.retry_delay, head.fn_name, msg.refused is not None,
+            worker_name(c.pid), msg.started, msg.ended, head.retry_delay, head.function, msg.refused is not None,
         ))
         self._pace.job_ended(msg.ended - msg.started)
         log.debug("job %d attempt %d ended (%s) in child %d", msg.job_id, msg.attempt, msg.error or outcome, c.pid)
@@ -174,41 +190,78 @@ class Supervisor:
         if head is None:
             log.warning("idle child %d exited (%s); a new one starts when needed", c.pid, how)
             return
-        log.warning("child %d died (%s) while running job %d attempt %d", c.pid, how, head.job_id, head.attempt)
+        jobs_log.warning("child %d died (%s) while running job %d (%s) attempt %d", c.pid, how, head.job_id, head.function, head.attempt)
         error = WorkerDied(f"the child process (pid {c.pid}) running job {head.job_id} died with {how}")
         self._report(self._failure(c, head, error, how))
         self._release(list(c.queue)[1:])
 
-    # -- timeouts ---------------------------------------------------------------------
+    def _log_failure(self, c: Child, head: Assignment, msg: Result) -> None:
+        # One line whatever the exception's message holds: a log line per attempt.
+        error = " ".join((msg.error or "").split())
+        error = error if len(error) <= _SUMMARY else error[: _SUMMARY - 1] + "…"
+        if msg.loaded:
+            jobs_log.warning("job %d (%s) attempt %d failed: %s", msg.job_id, head.function, msg.attempt, error)
+        else:
+            jobs_log.error(
+                "job %d (%s) attempt %d could not be loaded in child %d: %s; is the same code importable here, "
+                "with the same secret?", msg.job_id, head.function, msg.attempt, c.pid, error,
+            )
+
+    # -- timeouts and stop requests -------------------------------------------------------
+
+    def terminate(self, leases: set[tuple[int, int]]) -> None:
+        """Someone asked for these attempts to stop: each is killed (with its process tree) once it runs."""
+        self._stopping |= leases
 
     def check_timeouts(self, now: float) -> None:
-        """Kill, beside the loop, the children whose running job passed its timeout (monotonic ``now``)."""
+        """Kill, beside the loop, the children whose running job passed its timeout (monotonic ``now``) or was asked to stop."""
         for c in list(self._children):
             deadline, head = c.deadline, c.running
-            if deadline is None or head is None or deadline > now:
+            if head is None:
                 continue
-            log.warning(
-                "job %d attempt %d passed its timeout; killing child %d and its subprocesses",
-                head.job_id, head.attempt, c.pid,
-            )
-            self._remove(c)
-            self._release(list(c.queue)[1:])
-            with self._lock:
-                self._killing[c] = head
-            threading.Thread(target=self._kill, args=(c, head), name="dbexecutor-kill", daemon=True).start()
+            if head.lease in self._stopping:
+                self._stopping.discard(head.lease)
+                log.warning(
+                    "job %d (%s) attempt %d was asked to stop; killing child %d and its subprocesses",
+                    head.job_id, head.function, head.attempt, c.pid,
+                )
+                self._start_kill(c, head, stopped=True)
+            elif deadline is not None and deadline <= now:
+                jobs_log.warning(
+                    "job %d (%s) attempt %d passed its timeout; killing child %d and its subprocesses",
+                    head.job_id, head.function, head.attempt, c.pid,
+                )
+                self._start_kill(c, head, stopped=False)
+        if self._stopping:  # forget requests for attempts no child holds any more
+            held = {a.lease for c in self._children for a in c.queue}
+            self._stopping &= held
 
-    def _kill(self, c: Child, head: Assignment) -> None:
-        """In a thread of its own: kill a timed-out child's tree, then report the job (the tree is gone by then)."""
+    def _start_kill(self, c: Child, head: Assignment, *, stopped: bool) -> None:
+        self._remove(c)
+        self._release(list(c.queue)[1:])
+        with self._lock:
+            self._killing[c] = head
+        threading.Thread(target=self._kill, args=(c, head, stopped), name="dbexecutor-kill", daemon=True).start()
+
+    def _kill(self, c: Child, head: Assignment, stopped: bool = False) -> None:
+        """In a thread of its own: kill a child's tree, then report the job (the tree is gone by then)."""
         try:
             kill_trees([c.pid], self.s.kill_grace)
         except Exception:  # never leave the job unreported
             log.exception("could not kill child %d", c.pid)
         finally:
             c.close()
-            error = JobTimeoutError(
-                f"job {head.job_id} ran past its timeout of {head.timeout:g} s; its process tree was killed"
-            )
-            report = self._failure(c, head, error, "timeout")
+            if stopped:
+                report = Report(
+                    head.job_id, head.attempt, False, b"", "terminated",
+                    "asked to stop while it ran; its process tree was killed",
+                    worker_name(c.pid), c.started_at, time.time(), head.retry_delay, stopped=True,
+                )
+            else:
+                error = JobTimeoutError(
+                    f"job {head.job_id} ran past its timeout of {head.timeout:g} s; its process tree was killed"
+                )
+                report = self._failure(c, head, error, "timeout")
             with self._lock:
                 self._reports.append(report)
                 del self._killing[c]
@@ -285,6 +338,11 @@ class Supervisor:
         with self._lock:
             held += [a.lease for a in self._killing.values()]
         return held, started
+
+    def take_progress(self) -> dict[tuple[int, int], tuple[float | None, str | None]]:
+        """The latest ``(fraction, message)`` each running attempt reported since the last call."""
+        progress, self._progress = self._progress, {}
+        return progress
 
     @property
     def new_starts(self) -> bool:

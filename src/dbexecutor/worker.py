@@ -16,6 +16,12 @@ Stopping (SIGTERM or SIGINT)::
 Nothing is lost: a job a killed child held is released, or, if this process
 itself is killed, its lease expires and another worker reclaims it. Nothing is
 finalized twice: every release and finalize is guarded by the attempt token.
+
+Logs (stderr, ``--log-level``, INFO by default): start and stop at INFO;
+every failed attempt at WARNING (``dbexecutor.jobs``: id, function, attempt,
+the exception in one line); a job that cannot be loaded here (not
+importable, payload rejected, cannot unpickle) at ERROR; a dead child at
+WARNING. ``--metrics-port`` serves Prometheus metrics (``metrics`` extra).
 """
 
 from __future__ import annotations
@@ -81,8 +87,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="serve this queue (repeatable; default: every queue, also written --queue '*')")
     p.add_argument("--path", action="append", default=[], metavar="DIR",
                    help="put DIR on sys.path so job functions can be imported (repeatable)")
-    p.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
-                   help="log to stderr from this level (default WARNING)")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="log to stderr from this level (default INFO: start and stop, and every failed job)")
+    p.add_argument("--metrics-port", type=int, default=None, metavar="N",
+                   help="serve Prometheus metrics at http://HOST:N/metrics (needs the metrics extra: "
+                        "pip install 'dbexecutor[metrics]')")
+    p.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="the address --metrics-port listens on (default 127.0.0.1; 0.0.0.0 for every interface)")
 
 
 def _configure_logging(level: str) -> None:
@@ -100,6 +111,13 @@ def _refusal(args: argparse.Namespace) -> tuple[int, str] | None:
         serving(args.queues, default=None)
     except ValueError as error:
         return _EXIT_USAGE, f"--queue: {error}"
+    if args.metrics_port is not None:
+        from .metrics import available
+
+        if not available():
+            return _EXIT_USAGE, "--metrics-port needs prometheus_client: pip install 'dbexecutor[metrics]'"
+        if not 0 < args.metrics_port < 65536:
+            return _EXIT_USAGE, f"--metrics-port {args.metrics_port} is not a TCP port"
     for path in args.path:
         if not os.path.isdir(path):
             what = "is not a directory" if os.path.exists(path) else "does not exist"
@@ -144,7 +162,19 @@ def run_worker(args: argparse.Namespace) -> int:
             args.url, args.prefix, signer=serialization.Signer.from_env(args.secret), listen_url=args.listen_url
         )
         sched = Scheduler(store, _settings(args))
-        log.warning(
+        if args.metrics_port is not None:
+            from .metrics import serve
+
+            try:
+                where = serve(args.metrics_host, args.metrics_port, store, sched.stats)
+            except OSError as error:
+                sys.stderr.write(f"dbexecutor worker: cannot serve metrics at {args.metrics_host}:{args.metrics_port}: {error.strerror}\n")
+                sched.request_shutdown()
+                sched.join()
+                store.close()
+                return _EXIT_USAGE
+            log.info("metrics at http://%s/metrics", where)
+        log.info(
             "worker %s serving %s prefix %r, %s, with up to %d children%s%s",
             sched.owner, masked_url(store.url), args.prefix,
             "every queue" if sched.s.queues is None else "queue(s) " + ", ".join(sched.s.queues),
@@ -156,7 +186,7 @@ def run_worker(args: argparse.Namespace) -> int:
             if not sched.is_alive():
                 log.error("the scheduler stopped: %s", sched.broken or "see the log above")
                 return 1
-        log.warning("stopping: no new jobs; running jobs get %g s to finish", args.grace)
+        log.info("stopping: no new jobs; running jobs get %g s to finish", args.grace)
         sched.request_shutdown()
         deadline = time.monotonic() + args.grace
         while sched.is_alive() and time.monotonic() < deadline and not hard.is_set():
@@ -166,7 +196,7 @@ def run_worker(args: argparse.Namespace) -> int:
             sched.stop_now()
             sched.join()
         store.close()
-        log.warning("worker %s stopped", sched.owner)
+        log.info("worker %s stopped", sched.owner)
         return 0 if sched.broken is None else 1
     finally:
         for s, handler in previous.items():

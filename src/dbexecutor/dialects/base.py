@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from sqlalchemy import ColumnElement, Insert, Select, Table, bindparam, insert, select
+from sqlalchemy import ColumnElement, Insert, Select, Table, bindparam, func, insert, select
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateColumn
@@ -144,6 +144,14 @@ class Driver:
     def in_ids(self, column: Any, name: str) -> ColumnElement[bool]:
         """``column`` is one of the ids bound to the parameter ``name`` (a list of ints at execution)."""
         return column.in_(bindparam(name, expanding=True))
+
+    def paged(self, stmt: Select[Any], table: Table, index: str) -> Select[Any]:
+        """``stmt``, a page by id within one value of ``index``'s first column, read along that index (as planned, by default)."""
+        return stmt
+
+    def bucket(self, offset: Any, width: Any) -> ColumnElement[Any]:
+        """The whole number of ``width`` in ``offset`` (both non-negative): which bucket a time falls in."""
+        return func.floor(offset / width)
 
     def id_in(self, column: Any, ids: Select[Any]) -> ColumnElement[bool]:
         """``column`` is one of the ids ``ids`` selects (for an UPDATE that claims them)."""

@@ -8,7 +8,7 @@ import sqlite3
 import time
 from typing import Any
 
-from sqlalchemy import ColumnElement, Insert, Select, String, Table, bindparam, event, func, insert, select
+from sqlalchemy import ColumnElement, Insert, Integer, Select, String, Table, bindparam, cast, event, func, insert, select
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.types import TypeDecorator
@@ -124,6 +124,11 @@ class SQLiteDriver(Driver):
 
     def insert_ignore(self, table: Table) -> Insert:
         return insert(table).prefix_with("OR IGNORE")
+
+    def bucket(self, offset: Any, width: Any) -> ColumnElement[Any]:
+        # floor() exists only where SQLite was built with its math functions;
+        # a cast truncates, which is the floor of a number that is not negative.
+        return cast(offset / width, Integer)
 
     def in_ids(self, column: Any, name: str) -> ColumnElement[bool]:
         # One JSON text parameter, unpacked by json_each: the statement's text

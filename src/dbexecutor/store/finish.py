@@ -4,7 +4,9 @@ Everything a batch of reports changes is written in the caller's transaction:
 the final states with their results (or exceptions), the attempt rows, and
 the DAG downstream of every job that finished. Each write is fenced by the
 attempt's token; a report from an attempt that lost its lease is recorded in
-the attempts table as ``lease lost (...)`` and changes no job.
+the attempts table as ``lease lost (...)`` and changes no job. An attempt its
+owner stopped on request ends the job ``cancelled`` (never retried), with
+everything downstream of it.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from sqlalchemy import Connection
 from .. import schema, serialization
 from ..errors import NotRunnable
 from ..records import Final, Finished, Report
-from . import dag
+from . import control, dag
 from .context import Context
 from .transitions import AttemptRow, fenced, record_attempts
 
@@ -71,6 +73,13 @@ def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float
             continue
         if rep.refused:
             _refused(ctx, conn, rep, now, out, lost)
+            continue
+        if rep.stopped:  # killed on request: cancelled, with everything that waits on it
+            if fenced(conn, ctx.sql.stop_attempt, rep.job_id, rep.attempt, error=control.stop_error(rep.job_id), now=now):
+                out.finals.append(Final(rep.job_id, schema.CANCELLED, None))
+                out.finals += control.cancel_downstream(ctx, conn, [rep.job_id], now)
+            else:
+                lost.add(rep.job_id)
             continue
         run_after = now + backoff(rep.retry_delay, rep.attempt)
         if fenced(conn, ctx.sql.retry_attempt, rep.job_id, rep.attempt, error=rep.error, run_after=run_after):

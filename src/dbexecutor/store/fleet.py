@@ -18,6 +18,7 @@ from dataclasses import asdict
 from sqlalchemy import Connection
 
 from ..records import ExecutorInfo, Registration
+from . import control
 from .context import Context, chunks
 from .transitions import AttemptRow, record_attempts
 
@@ -77,7 +78,13 @@ def rescue(ctx: Context, conn: Connection, dead: list[str], now: float) -> dict[
 
     Returns ``{dead executor's name: ids of the jobs rescued from it}``.
     """
-    rows = conn.execute(ctx.sql.jobs_held_by, {"p_names": dead}).all()
+    found = conn.execute(ctx.sql.jobs_held_by, {"p_names": dead}).all()
+    # A job its owner was asked to stop ends cancelled rather than running again.
+    stopping = [r for r in found if r.terminate_requested is not None]
+    _, finals = control.end_stopped(
+        ctx, conn, stopping, now, "asked to stop; its executor died before it stopped it"
+    ) if stopping else ([], [])
+    rows = [r for r in found if r.terminate_requested is None]
     for part in chunks([int(r.id) for r in rows]):
         conn.execute(ctx.sql.rescue, {"p_ids": list(part), "p_names": dead})
     record_attempts(
@@ -93,8 +100,7 @@ def rescue(ctx: Context, conn: Connection, dead: list[str], now: float) -> dict[
     )
     for name in dead:
         stop(ctx, conn, name, now)
-    if rows:
-        ctx.notify(conn, ready=True)
+    ctx.notify(conn, ready=bool(rows), finished=[f.job_id for f in finals])
     rescued: dict[str, list[int]] = {name: [] for name in dead}
     for r in rows:
         rescued[r.lease_owner].append(int(r.id))

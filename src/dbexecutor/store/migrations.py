@@ -85,8 +85,24 @@ def _v5(ctx: Context, conn: Connection) -> None:
             index.create(conn)
 
 
+#: The columns and indexes version 6 added to ``jobs``.
+V6_COLUMNS = ("progress", "progress_message", "progress_at", "terminate_requested")
+V6_INDEXES = ("ix_jobs_state", "ix_jobs_group", "ix_jobs_function", "ix_jobs_created")
+
+
+def _v6(ctx: Context, conn: Connection) -> None:
+    """Version 6: a job's progress and a request to terminate it; the indexes operators' lists page through."""
+    j = ctx.tables.jobs
+    _add_columns(ctx, conn, j, V6_COLUMNS)
+    wanted = {f"{ctx.prefix}{name}" for name in V6_INDEXES}
+    have = {ix["name"] for ix in inspect(conn).get_indexes(j.name)}
+    for index in sorted(j.indexes, key=lambda ix: str(ix.name)):
+        if index.name in wanted and index.name not in have:
+            index.create(conn)
+
+
 #: version -> the step that brings the tables of the version before it up to it.
-STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4, 5: _v5}
+STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4, 5: _v5, 6: _v6}
 
 
 def ensure_schema(ctx: Context, conn: Connection) -> SchemaReport:

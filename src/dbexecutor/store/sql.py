@@ -15,6 +15,7 @@ catalogue with each statement's SQL for one database.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
 from functools import cached_property
 from typing import Any
 
@@ -39,7 +40,7 @@ from sqlalchemy import (
 from .. import schema
 from ..dialects import Driver
 
-__all__ = ["Statements", "Scope", "BACK_TO_READY"]
+__all__ = ["Statements", "Scope", "BACK_TO_READY", "THROUGHPUT_BUCKETS"]
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,15 @@ class Scope:
 #: A scope for code that claims without queues (tests and tools): the default queue.
 DEFAULT_SCOPE = Scope((schema.DEFAULT_QUEUE,))
 
-#: What every "back to ready" writes besides the state: the lease is gone.
-BACK_TO_READY: dict[str, Any] = {"state": schema.READY, "lease_owner": None, "lease_expires": None}
+#: What every "back to ready" writes besides the state: the lease is gone, and
+#: with it what the attempt said about its progress.
+BACK_TO_READY: dict[str, Any] = {
+    "state": schema.READY, "lease_owner": None, "lease_expires": None,
+    "progress": None, "progress_message": None, "progress_at": None,
+}
+
+#: Buckets of the throughput operators see (minutes, by default).
+THROUGHPUT_BUCKETS = 15
 
 
 def _states(column: Any, states: tuple[str, ...]) -> Any:
@@ -367,7 +375,17 @@ class Statements:
         """Attempt ``p_attempt`` failed and retries are left: back to ready after ``p_run_after`` (fenced)."""
         j = self.tables.jobs
         values = {k: v for k, v in BACK_TO_READY.items() if k != "state"}
-        return self.fenced(schema.READY, j.c.retries >= _p("attempt"), error=_p("error"), run_after=_p("run_after"), **values)
+        return self.fenced(
+            schema.READY, j.c.retries >= _p("attempt"), j.c.terminate_requested.is_(None),
+            error=_p("error"), run_after=_p("run_after"), **values,
+        )
+
+    @cached_property
+    def stop_attempt(self) -> Update:
+        """Attempt ``p_attempt`` was stopped on request (its process tree killed): cancelled, with ``p_error`` (fenced)."""
+        return self.fenced(
+            schema.CANCELLED, error=_p("error"), finished_at=_p("now"), lease_owner=None, lease_expires=None
+        )
 
     @cached_property
     def fail_attempt(self) -> Update:
@@ -510,7 +528,8 @@ class Statements:
             .values(
                 state=_p("state"), open_deps=_p("open_deps", type_=Integer), retries=_p("retries", type_=Integer),
                 result=None, error=None, failed_upstream=None, finished_at=None, run_after=None,
-                lease_owner=None, lease_expires=None,
+                lease_owner=None, lease_expires=None, progress=None, progress_message=None, progress_at=None,
+                terminate_requested=None,
             )
         )
 
@@ -518,40 +537,73 @@ class Statements:
 
     @cached_property
     def renew_leases(self) -> Update:
-        """Extend to ``p_expires`` the leases of ``p_held`` (id, attempt) pairs; the ids in ``p_started`` become running."""
+        """Extend to ``p_expires`` the leases of ``p_held`` (id, attempt) pairs not asked to stop; the ids in ``p_started`` become running."""
         j = self.tables.jobs
         running = case((j.c.id.in_(_p("started", expanding=True)), schema.RUNNING), else_=j.c.state)
         return (
             update(j)
-            .where(tuple_(j.c.id, j.c.attempt).in_(_p("held", expanding=True)), self.active)
+            # A job asked to stop is left out: the short count makes its owner
+            # read why (active_tokens), so a renewal costs no extra read otherwise.
+            .where(tuple_(j.c.id, j.c.attempt).in_(_p("held", expanding=True)), self.active, j.c.terminate_requested.is_(None))
             .values(lease_expires=_p("expires"), state=running)
         )
 
     @cached_property
     def active_tokens(self) -> Select[Any]:
-        """Id and token of the leased or running rows among ``p_ids``."""
+        """Id, token and stop request of the leased or running rows among ``p_ids``."""
         j = self.tables.jobs
-        return select(j.c.id, j.c.attempt).where(self._ids(j.c.id), self.active)
+        return select(j.c.id, j.c.attempt, j.c.terminate_requested).where(self._ids(j.c.id), self.active)
+
+    @cached_property
+    def set_progress(self) -> Update:
+        """Attempt ``p_attempt`` of job ``p_id`` reports ``p_progress`` and ``p_message`` at ``p_now`` (run as an executemany)."""
+        j = self.tables.jobs
+        return (
+            update(j)
+            .where(j.c.id == _p("id"), j.c.attempt == _p("attempt"), self.active)
+            .values(progress=_p("progress", j.c.progress), progress_message=_p("message", j.c.progress_message), progress_at=_p("now"))
+        )
+
+    @cached_property
+    def request_stop(self) -> Update:
+        """Ask the owners of the leased or running jobs among ``p_ids`` to stop them (at ``p_now``), once."""
+        j = self.tables.jobs
+        return (
+            update(j)
+            .where(self._ids(j.c.id), self.active, j.c.terminate_requested.is_(None))
+            .values(terminate_requested=_p("now"))
+        )
+
+    @cached_property
+    def job_states(self) -> Select[Any]:
+        """Id, state and stop request of jobs ``p_ids``."""
+        j = self.tables.jobs
+        return select(j.c.id, j.c.state, j.c.terminate_requested).where(self._ids(j.c.id))
 
     @cached_property
     def release(self) -> Update:
-        """Attempt ``p_attempt`` of job ``p_id`` gives its lease back: the job is ready for anyone (fenced)."""
+        """Attempt ``p_attempt`` of job ``p_id`` gives its lease back: the job is ready for anyone (fenced; not if asked to stop)."""
         values = {k: v for k, v in BACK_TO_READY.items() if k != "state"}
-        return self.fenced(schema.READY, **values)
+        return self.fenced(schema.READY, self.tables.jobs.c.terminate_requested.is_(None), **values)
 
     @cached_property
     def expired_locked(self) -> Select[Any]:
         """Leased or running rows whose lease expired before ``p_now``, locked (skipping rows others hold)."""
         j = self.tables.jobs
         return self.driver.for_claim(
-            select(j.c.id, j.c.attempt, j.c.lease_owner, j.c.started_at).where(self.active, j.c.lease_expires < _p("now"))
+            select(j.c.id, j.c.attempt, j.c.lease_owner, j.c.started_at, j.c.terminate_requested)
+            .where(self.active, j.c.lease_expires < _p("now"))
         )
 
     @cached_property
     def reclaim(self) -> Update:
-        """Rows ``p_ids`` whose lease (still) expired before ``p_now``: back to ready."""
+        """Rows ``p_ids`` whose lease (still) expired before ``p_now``, not asked to stop: back to ready."""
         j = self.tables.jobs
-        return update(j).where(self._ids(j.c.id), self.active, j.c.lease_expires < _p("now")).values(**BACK_TO_READY)
+        return (
+            update(j)
+            .where(self._ids(j.c.id), self.active, j.c.lease_expires < _p("now"), j.c.terminate_requested.is_(None))
+            .values(**BACK_TO_READY)
+        )
 
     # -- the registry of executors --------------------------------------------------------------------
 
@@ -598,17 +650,20 @@ class Statements:
         """The leased or running jobs of the executors ``p_names``, locked (skipping rows others hold)."""
         j = self.tables.jobs
         return self.driver.for_claim(
-            select(j.c.id, j.c.attempt, j.c.lease_owner, j.c.started_at)
+            select(j.c.id, j.c.attempt, j.c.lease_owner, j.c.started_at, j.c.terminate_requested)
             .where(self.active, j.c.lease_owner.in_(_p("names", expanding=True)))
         )
 
     @cached_property
     def rescue(self) -> Update:
-        """Jobs ``p_ids`` that a dead executor among ``p_names`` still holds: back to ready."""
+        """Jobs ``p_ids`` that a dead executor among ``p_names`` still holds, not asked to stop: back to ready."""
         j = self.tables.jobs
         return (
             update(j)
-            .where(self._ids(j.c.id), self.active, j.c.lease_owner.in_(_p("names", expanding=True)))
+            .where(
+                self._ids(j.c.id), self.active, j.c.lease_owner.in_(_p("names", expanding=True)),
+                j.c.terminate_requested.is_(None),
+            )
             .values(**BACK_TO_READY)
         )
 
@@ -695,11 +750,12 @@ class Statements:
 
     @cached_property
     def running_jobs(self) -> Select[Any]:
-        """Up to ``p_limit`` leased or running jobs, longest running first."""
+        """Up to ``p_limit`` leased or running jobs, longest running first, with their progress."""
         j = self.tables.jobs
         return (
             select(
-                j.c.id, j.c.fn_name, j.c.state, j.c.group_key, j.c.lease_owner, j.c.attempt, j.c.started_at, j.c.lease_expires
+                j.c.id, j.c.fn_name, j.c.state, j.c.group_key, j.c.lease_owner, j.c.attempt, j.c.started_at,
+                j.c.lease_expires, j.c.progress, j.c.progress_message, j.c.terminate_requested,
             )
             .where(self.active)
             .order_by(j.c.started_at, j.c.id)
@@ -717,38 +773,102 @@ class Statements:
             .limit(1)
         )
 
-    def list_jobs(
-        self,
-        *,
-        states: bool = False,
-        queue: bool = False,
-        group: bool = False,
-        function: bool = False,
-        key: bool = False,
-        created_before: bool = False,
-        created_after: bool = False,
-    ) -> Select[Any]:
-        """Jobs matching the filters named True (``p_states``, ``p_group``, ``p_function`` a LIKE pattern escaped with ``/``, ``p_key``, ``p_created_before``/``_after``), newest first, ``p_limit`` of them."""
+    def _filtered(self, stmt: Select[Any], **given: bool) -> Select[Any]:
+        """``stmt`` narrowed by the filters named True.
+
+        Their parameters: ``p_states`` (a list) or ``p_state``, ``p_queue``, ``p_group``, ``p_function``
+        (a LIKE pattern escaped with ``/``; with ``exact_function``, a name),
+        ``p_key``, ``p_created_before``/``p_created_after`` (times),
+        ``p_before``/``p_after`` (ids, for keyset paging).
+        """
+        j = self.tables.jobs
+        conditions: dict[str, Callable[[], Any]] = {
+            "states": lambda: j.c.state.in_(_p("states", expanding=True)),
+            "state": lambda: j.c.state == _p("state"),
+            "queue": lambda: j.c.queue == _p("queue"),
+            "group": lambda: j.c.group_key == _p("group"),
+            "function": lambda: j.c.fn_name.like(_p("function"), escape="/"),
+            "exact_function": lambda: j.c.fn_name == _p("function"),
+            "key": lambda: j.c.job_key == _p("key"),
+            "created_before": lambda: j.c.created_at < _p("created_before"),
+            "created_after": lambda: j.c.created_at >= _p("created_after"),
+            "before": lambda: j.c.id < _p("before", type_=Integer),
+            "after": lambda: j.c.id > _p("after", type_=Integer),
+        }
+        unknown = set(given) - set(conditions)
+        if unknown:
+            raise TypeError(f"unknown filters {sorted(unknown)}")
+        return stmt.where(*(conditions[name]() for name, on in given.items() if on))
+
+    def list_jobs(self, *, after: bool = False, **given: bool) -> Select[Any]:
+        """Jobs matching the filters named True (see ``_filtered``), ``p_limit`` of them, newest first (oldest first with ``after``)."""
         j = self.tables.jobs
         stmt = select(
             j.c.id, j.c.state, j.c.queue, j.c.group_key, j.c.fn_name, j.c.job_key, j.c.attempt, j.c.retries,
-            j.c.created_at, j.c.finished_at, j.c.lease_owner, j.c.error,
+            j.c.created_at, j.c.finished_at, j.c.lease_owner, j.c.error, j.c.progress, j.c.progress_message,
         )
-        if queue:
-            stmt = stmt.where(j.c.queue == _p("queue"))
-        if states:
-            stmt = stmt.where(j.c.state.in_(_p("states", expanding=True)))
-        if group:
-            stmt = stmt.where(j.c.group_key == _p("group"))
-        if function:
-            stmt = stmt.where(j.c.fn_name.like(_p("function"), escape="/"))
-        if key:
-            stmt = stmt.where(j.c.job_key == _p("key"))
-        if created_before:
-            stmt = stmt.where(j.c.created_at < _p("created_before"))
-        if created_after:
-            stmt = stmt.where(j.c.created_at >= _p("created_after"))
-        return stmt.order_by(j.c.id.desc()).limit(_p("limit", type_=Integer))
+        # Keyset paging on the primary key: a page costs the same at any depth,
+        # and each filter has an index led by its column and followed by the id.
+        order = j.c.id.asc() if after else j.c.id.desc()
+        paged: Select[Any] = self._filtered(stmt, after=after, **given).order_by(order).limit(_p("limit", type_=Integer))
+        leading = [name for name in ("state", "group", "exact_function") if given.get(name)]
+        if (after or given.get("before")) and len(leading) == 1 and not any(given.get(n) for n in ("states", "function")):
+            column = {"state": "state", "group": "group", "exact_function": "function"}[leading[0]]
+            prefix = j.name[: -len("jobs")]  # the table prefix, as the index names carry it
+            paged = self.driver.paged(paged, j, f"{prefix}ix_jobs_{column}")
+        return paged
+
+    def matching_ids(self, **given: bool) -> Select[Any]:
+        """Ids of up to ``p_limit`` jobs matching the filters named True (as :meth:`list_jobs`), oldest first."""
+        j = self.tables.jobs
+        return self._filtered(select(j.c.id), **given).order_by(j.c.id).limit(_p("limit", type_=Integer))
+
+    @cached_property
+    def recent_functions(self) -> Select[Any]:
+        """The distinct function names among the ``p_limit`` newest jobs (what a filter offers to pick)."""
+        j = self.tables.jobs
+        newest = select(j.c.fn_name).order_by(j.c.id.desc()).limit(_p("limit", type_=Integer)).subquery("newest")
+        return select(newest.c.fn_name).distinct().order_by(newest.c.fn_name)
+
+    @cached_property
+    def throughput(self) -> Select[Any]:
+        """Jobs that finished in ``[p_since, p_until)``, per bucket of ``p_width`` seconds and final state."""
+        j = self.tables.jobs
+        since = _p("since", j.c.finished_at)
+        bucket = self.driver.bucket(j.c.finished_at - since, _p("width", j.c.finished_at)).label("bucket")
+        # The range on finished_at reads the retention index; grouped by position, since the
+        # bucket's expression holds parameters that the server would not match by text.
+        return (
+            select(bucket, j.c.state, func.count().label("n"))
+            .where(j.c.finished_at >= since, j.c.finished_at < _p("until", j.c.finished_at), self.final)
+            .group_by(literal_column("1"), literal_column("2"))
+        )
+
+    @cached_property
+    def job_progress(self) -> Select[Any]:
+        """Job ``p_id``'s progress: fraction, message, when it was written."""
+        j = self.tables.jobs
+        return select(j.c.progress, j.c.progress_message, j.c.progress_at).where(j.c.id == _p("id"))
+
+    @cached_property
+    def graph_nodes(self) -> Select[Any]:
+        """What a graph draws of jobs ``p_ids``: state, function, key, group, batch flag, progress."""
+        j = self.tables.jobs
+        return select(
+            j.c.id, j.c.state, j.c.fn_name, j.c.job_key, j.c.group_key, j.c.batch, j.c.progress
+        ).where(self._ids(j.c.id))
+
+    @cached_property
+    def edges_in(self) -> Select[Any]:
+        """``(job_id, depends_on_id)`` of every edge into the jobs ``p_ids`` (what they depend on)."""
+        d = self.tables.deps
+        return select(d.c.job_id, d.c.depends_on_id).where(self._ids(d.c.job_id))
+
+    @cached_property
+    def ids_by_key_prefix(self) -> Select[Any]:
+        """Ids of up to ``p_limit`` jobs whose key starts with ``p_prefix`` (a LIKE pattern escaped with ``/``), oldest first."""
+        j = self.tables.jobs
+        return select(j.c.id).where(j.c.job_key.like(_p("prefix"), escape="/")).order_by(j.c.id).limit(_p("limit", type_=Integer))
 
     @cached_property
     def job_row(self) -> Select[Any]:
