@@ -712,7 +712,7 @@ _COMMANDS: dict[str, Callable[[Store, argparse.Namespace, TextIO], int]] = {
 
 def _password(url: str | None) -> str | None:
     try:
-        return make_url(url).password if url else None  # type: ignore[return-value]
+        return make_url(url).password if url else None
     except ArgumentError:
         return None
 

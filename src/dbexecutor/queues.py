@@ -48,8 +48,9 @@ def program_queue() -> str:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     name = getattr(spec, "name", None)
-    if name and name not in ("__main__", "__mp_main__"):
-        return name[: -len(".__main__")] if name.endswith(".__main__") else name
+    if isinstance(name, str) and name and name not in ("__main__", "__mp_main__"):
+        text = str(name)
+        return text[: -len(".__main__")] if text.endswith(".__main__") else text
     path = getattr(main, "__file__", None)
     if path:
         stem = os.path.splitext(os.path.basename(path))[0]

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from sqlalchemy import ColumnElement, Insert, Select, Table, bindparam, func, insert, select
 from sqlalchemy.engine import URL, Connection, Engine
@@ -143,7 +143,7 @@ class Driver:
 
     def in_ids(self, column: Any, name: str) -> ColumnElement[bool]:
         """``column`` is one of the ids bound to the parameter ``name`` (a list of ints at execution)."""
-        return column.in_(bindparam(name, expanding=True))
+        return cast(ColumnElement[bool], column.in_(bindparam(name, expanding=True)))
 
     def paged(self, stmt: Select[Any], table: Table, index: str) -> Select[Any]:
         """``stmt``, a page by id within one value of ``index``'s first column, read along that index (as planned, by default)."""
@@ -155,7 +155,7 @@ class Driver:
 
     def id_in(self, column: Any, ids: Select[Any]) -> ColumnElement[bool]:
         """``column`` is one of the ids ``ids`` selects (for an UPDATE that claims them)."""
-        return column.in_(ids)
+        return cast(ColumnElement[bool], column.in_(ids))
 
     def insert_ignore(self, table: Table) -> Insert:
         """An ``INSERT`` that silently skips rows whose primary key exists."""
@@ -171,7 +171,7 @@ class Driver:
 
         def bind(element: Any) -> Any:
             if isinstance(element, BindParameter) and element.key in params:
-                return element._with_value(params[element.key], maintain_key=True, required=False)
+                return element._with_value(params[element.key], maintain_key=True, required=False)  # type: ignore[no-untyped-call]
             return None
 
         # The values go into the text: EXPLAIN plans the statement as it would

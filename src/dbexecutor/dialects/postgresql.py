@@ -7,7 +7,7 @@ import logging
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from sqlalchemy import (
     ARRAY,
@@ -100,13 +100,13 @@ class PostgreSQLDriver(Driver):
         # One array parameter: the statement's text stays the same whatever the
         # number of ids, so psycopg and the server parse it once (an IN list
         # is a new statement for each length).
-        return column == any_(bindparam(name, type_=ARRAY(BigInteger)))
+        return cast(ColumnElement[bool], column == any_(bindparam(name, type_=ARRAY(BigInteger))))
 
     def id_in(self, column: Any, ids: Select[Any]) -> ColumnElement[bool]:
         # id = ANY(ARRAY(subquery)): the subquery runs once and the update finds
         # its rows through the primary key. With IN (subquery) the planner may
         # hash-join against a sequential scan of the whole table.
-        return column == any_(func.array(ids.scalar_subquery()))
+        return cast(ColumnElement[bool], column == any_(func.array(ids.scalar_subquery())))
 
     def edges_out(self, deps: Table, jobs: Table, name: str) -> Select[Any]:
         # One index lookup per upstream id, whatever the planner believes:

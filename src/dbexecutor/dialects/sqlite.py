@@ -7,6 +7,7 @@ import os
 import sqlite3
 import time
 from typing import Any
+from typing import cast as typed
 
 from sqlalchemy import ColumnElement, Insert, Integer, Select, String, Table, bindparam, cast, event, func, insert, select
 from sqlalchemy.engine import URL, Connection, Engine
@@ -137,4 +138,4 @@ class SQLiteDriver(Driver):
         # statements per connection, each holding its list's parameters: the
         # parent's memory grew by megabytes as batch sizes varied.
         each = func.json_each(bindparam(name, type_=_IdList())).table_valued("value")
-        return column.in_(select(each.c.value))
+        return typed(ColumnElement[bool], column.in_(select(each.c.value)))

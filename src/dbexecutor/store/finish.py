@@ -28,7 +28,7 @@ __all__ = ["finish", "backoff"]
 
 def backoff(retry_delay: float, attempt: int) -> float:
     """Seconds before attempt ``attempt + 1``: exponential in the attempt, with +/-25% jitter."""
-    return retry_delay * (2 ** max(attempt - 1, 0)) * (0.75 + random.random() / 2)
+    return float(retry_delay * (2 ** max(attempt - 1, 0)) * (0.75 + random.random() / 2))
 
 
 #: Refusals (children that could not load a job), from any executors, before the job fails with NotRunnable.

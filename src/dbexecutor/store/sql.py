@@ -219,9 +219,10 @@ class Statements:
     def free_for(self, scope: tuple[bool, bool] = (False, False)) -> Select[Any]:
         """One row ``free``: 1 if nothing in the claim's scope is runnable and group ``p_group`` has no concurrency limit."""
         j = self.tables.jobs
-        return self._variant(
+        stmt: Select[Any] = self._variant(
             "free_for", scope, lambda: self._free_select(_p("group", j.c.group_key), _p("now", j.c.started_at), scope)
         )
+        return stmt
 
     def _free_select(self, group: Any, now: Any, scope: tuple[bool, bool]) -> Select[Any]:
         g = self.tables.groups
