@@ -58,13 +58,21 @@ def test_workers_lists_the_registry(db):
         store.register(me, 30.0)
         store.register(gone, 30.0)
         store.unregister(gone.name)
+        # Killed without unregistering, on another host: its registration lapses after its TTL.
+        lapsed = Registration("far:2:def", "worker", "far", 2, 1.0, "test", 1)
+        store.register(lapsed, 0.0)
         listed = _json(cli(db, "workers", "--json"))
         assert [(w["name"], w["alive"], w["kind"], w["slots"], w["running"]) for w in listed] == [(me.name, True, "worker", 4, 0)]
         assert {"host", "pid", "age", "last_beat", "since_beat", "started_at"} <= set(listed[0])
         every = _json(cli(db, "workers", "--all", "--json"))
-        assert {w["name"]: w["alive"] for w in every} == {me.name: True, gone.name: False}
+        assert {w["name"]: w["alive"] for w in every} == {me.name: True, gone.name: False, lapsed.name: False}
         text = cli(db, "workers", "--all").stdout
         assert "alive" in text and "stopped" in text and hosts.hostname() in text
+        (line,) = [row for row in text.splitlines() if row.startswith(lapsed.name)]
+        assert line.rstrip().endswith("dead"), line
+        # Dead registrations are forgotten once they are old enough.
+        assert store.forget_dead(keep=0.0) == 2
+        assert {w["name"] for w in _json(cli(db, "workers", "--all", "--json"))} == {me.name}
     finally:
         store.close()
 
