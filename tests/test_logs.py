@@ -79,7 +79,7 @@ def test_a_job_that_cannot_be_imported_here_is_refused_and_logged(db, caplog):
         store.close()
     db.executor(1)
     # Another executor, deployed with that module, may run it: the job goes back, and the refusal is logged.
-    line = _wait_logged(caplog, "dbexecutor.jobs", logging.WARNING, f"job {row.job_id} ")
+    line = _wait_logged(caplog, "dbexecutor.jobs", logging.ERROR, f"job {row.job_id} ")
     assert "could not be loaded here" in line and "ModuleNotFoundError" in line and "importable" in line
     assert [a.outcome for a in db.attempts(row.job_id)] == ["refused"]
     assert db.row(row.job_id).state == "ready"

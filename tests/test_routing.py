@@ -251,7 +251,8 @@ def test_a_worker_missing_a_module_leaves_the_job_to_one_that_has_it(db, tmp_pat
     assert refused and "only_here" in refused[0].detail
     shown = cli(db, "show", str(fut.job_id))
     assert "refused" in shown.stdout and "only_here" in shown.stdout
-    assert "could not be loaded here" in (tmp_path / "without.log").read_text()  # logged at WARNING
+    assert " ERROR dbexecutor.jobs" in (tmp_path / "without.log").read_text()
+    assert "could not be loaded here" in (tmp_path / "without.log").read_text()
 
 
 def test_queues_in_status_list_and_the_worker_filter(db, tmp_path):

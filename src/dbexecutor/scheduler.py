@@ -565,7 +565,7 @@ class Scheduler:
     def _cannot_run(self, report: Report) -> None:
         """A child could not load a job: stop claiming its function here for a while, and say so."""
         if report.fn_name not in self._skip:
-            jobs_log.warning(
+            jobs_log.error(
                 "job %d (%s) attempt %d could not be loaded here: %s; is the same code importable here? It goes "
                 "back for other executors, and %s is not claimed here for %g s",
                 report.job_id, report.fn_name, report.attempt, report.error, report.fn_name, _SKIP_FOR,
