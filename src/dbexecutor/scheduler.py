@@ -45,6 +45,7 @@ from sqlalchemy.exc import DBAPIError
 from . import __version__, hosts, schema
 from .doorbell import Doorbell
 from .flags import ExecutorFlags
+from .messages import DatabaseAddress
 from .future import JobFuture
 from .pace import Pace
 from .registry import Registry
@@ -164,7 +165,9 @@ class Scheduler:
         self._dues = DueTimes()
         self._registry = Registry(self, store.identity, store.signer)
         self._queue = SubmitQueue(store, self._registry, self.flags, self._wakeup.wake)
-        self._supervisor = Supervisor(settings, store.signer, self.pace, self._wakeup.wake)
+        # A job's transaction (dbexecutor.transaction()) connects where this store does.
+        address = DatabaseAddress(store.url.render_as_string(hide_password=False), store.prefix)
+        self._supervisor = Supervisor(settings, store.signer, self.pace, self._wakeup.wake, address)
         # Kept across a database outage until written:
         self._reports: list[Report] = []  # outcomes from the children
         self._releases: list[tuple[int, int]] = []  # held jobs no child will start
