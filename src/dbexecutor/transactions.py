@@ -92,12 +92,9 @@ def install(transactions: ChildTransactions | None) -> None:
 def transaction() -> Iterator[Connection]:
     """Inside a job: a SQLAlchemy ``Connection`` to the executor's database whose writes commit with the job's completion.
 
-    ::
-
-        def mark_mailed(order_id):
-            with dbexecutor.transaction() as conn:
-                conn.execute(text("UPDATE orders SET mailed = 1 WHERE id = :id"), {"id": order_id})
-            return "sent"
+    Use it as ``with dbexecutor.transaction() as conn:`` and write through
+    ``conn`` inside the block (README, "Exactly-once writes to the job
+    database", has an example).
 
     Leaving the block does not commit: the transaction commits when the job
     returns, in one commit with the job's row marked done (and its result),
