@@ -283,8 +283,8 @@ class Store:
         pooled connection and kept in its ``info``.
         """
         if self._database_identity is None:
-            with self.engine.connect() as own:
-                self._database_identity = self.driver.database_identity(own)
+            # Read-only: on SQLite the caller's transaction may hold the write lock already.
+            self._database_identity = self._txn(self.driver.database_identity, read_only=True)
         key = "dbexecutor.database_identity"
         theirs = conn.info.get(key)
         if theirs is None:
