@@ -23,6 +23,7 @@ from clitools import cli_env
 from dbexecutor import ConfigurationError, SubmitRolledBack
 from dbexecutor.dialects import resolve
 from dbexecutor.store import Store
+from test_pgbouncer import bouncer  # noqa: F401 - the fixture
 
 T = 60
 EXAMPLE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "outbox.py")
@@ -227,3 +228,41 @@ def test_the_outbox_example_runs(db, tmp_path):
         engine.dispose()
         if not db.prefix:
             Store(db.url, prefix, create=False).drop_schema()
+
+
+# -- through PgBouncer (transaction pooling) ------------------------------------------------------
+
+
+def test_both_features_through_pgbouncer(bouncer):
+    """A caller's transaction through PgBouncer or directly, and a job transaction through PgBouncer.
+
+    Each is one transaction, so transaction pooling keeps it on one server
+    connection; the database identity is the server's, the same either way.
+    """
+    import txn_jobs
+
+    ex = bouncer.executor(2)
+    table = f"{bouncer.prefix}items"
+    pooled = create_engine(resolve(bouncer.url).url, connect_args={"prepare_threshold": None})
+    direct = create_engine(resolve(bouncer.direct).url)
+    try:
+        with direct.begin() as conn:
+            conn.execute(text(f"CREATE TABLE {table} (v VARCHAR(100))"))
+        futures = []
+        for engine, value in ((pooled, "pooled"), (direct, "direct")):
+            with engine.connect() as conn:
+                futures.append(ex.options(connection=conn).submit(txn_jobs.insert, table, value))
+                conn.commit()
+        with pooled.connect() as conn:
+            dropped = ex.options(connection=conn).submit(txn_jobs.insert, table, "dropped")
+            conn.rollback()
+        assert [f.result(timeout=T) for f in futures] == ["pooled", "direct"]
+        with pytest.raises(SubmitRolledBack):
+            dropped.result(timeout=5)
+        with direct.connect() as conn:
+            assert sorted(r[0] for r in conn.execute(text(f"SELECT v FROM {table}"))) == ["direct", "pooled"]
+    finally:
+        with direct.begin() as conn:
+            conn.execute(text(f"DROP TABLE IF EXISTS {table}"))
+        pooled.dispose()
+        direct.dispose()
