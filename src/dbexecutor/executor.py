@@ -771,7 +771,7 @@ class DBExecutor(Executor):
             elif row.existing:  # a key a committed job holds: that job's future
                 out.append(self._scheduler.future_of(Final(row.job_id, row.state, row.result)))
             else:
-                fut = futures[n] if futures is not None else JobFuture(None, intransaction.NOT_COMMITTED, self._store.identity)
+                fut = futures[n] if futures is not None else JobFuture(row.job_id, intransaction.NOT_COMMITTED, self._store.identity)
                 txn.add(job, row, fut)
                 out.append(fut)
         return out

@@ -64,7 +64,8 @@ def connection_of(given: Any) -> Connection:
     # Never imported here: a caller with a Session has imported the ORM already.
     orm = sys.modules.get("sqlalchemy.orm")
     if orm is not None and isinstance(given, orm.Session):
-        return given.connection()
+        conn: Connection = given.connection()
+        return conn
     raise TypeError(f"connection= takes a SQLAlchemy Connection or an ORM Session, not {type(given).__name__}")
 
 
