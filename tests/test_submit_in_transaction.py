@@ -129,6 +129,21 @@ def test_dependents_rolled_back_with_their_upstream(db, engine):
     assert _count(db) == 0
 
 
+def test_a_savepoint_rolled_back_takes_its_jobs_with_it(db, engine):
+    # The outer transaction commits, the savepoint's job is gone: found missing once the commit is over.
+    ex = db.executor(2)
+    with engine.connect() as conn:
+        kept = ex.options(connection=conn).submit(jobs.add, 1, 1)
+        savepoint = conn.begin_nested()
+        dropped = ex.options(connection=conn).submit(jobs.add, 2, 2)
+        savepoint.rollback()
+        conn.commit()
+    assert kept.result(timeout=T) == 2
+    with pytest.raises(SubmitRolledBack):
+        dropped.result(timeout=T)
+    assert [r.id for r in db.jobs()] == [kept.job_id]
+
+
 def test_keys_inside_a_transaction(db, engine):
     ex = db.executor(2)
     key = f"k-{uuid.uuid4().hex[:8]}"

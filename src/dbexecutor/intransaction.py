@@ -37,7 +37,7 @@ from .records import NewJob, Submitted
 if TYPE_CHECKING:
     from .scheduler import Scheduler
 
-__all__ = ["CallerTransaction", "connection_of", "pending", "NOT_COMMITTED"]
+__all__ = ["CallerTransaction", "connection_of", "pending", "never_stored", "NOT_COMMITTED"]
 
 
 class _NotCommitted:
@@ -98,10 +98,15 @@ class CallerTransaction:
 
     def rolled_back(self) -> None:
         """The transaction rolled back: none of these jobs ever existed."""
-        for fut in self.futures:
-            fut._set_exception_quietly(SubmitRolledBack(
-                f"job {fut._job_id} was submitted in a transaction that rolled back; it was never stored"
-            ))
+        never_stored(self.futures)
+
+
+def never_stored(futures: Sequence[JobFuture[Any]]) -> None:
+    """Fail the futures of jobs whose transaction rolled back (or whose commit failed) with ``SubmitRolledBack``."""
+    for fut in futures:
+        fut._set_exception_quietly(SubmitRolledBack(
+            f"job {fut._job_id} was submitted in a transaction that rolled back; it was never stored"
+        ))
 
 
 class _Watch:

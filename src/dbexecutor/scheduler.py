@@ -45,7 +45,7 @@ from sqlalchemy.exc import DBAPIError
 from . import __version__, hosts, schema
 from .doorbell import Doorbell
 from .flags import ExecutorFlags
-from .intransaction import CallerTransaction
+from .intransaction import CallerTransaction, never_stored
 from .messages import DatabaseAddress
 from .future import JobFuture
 from .pace import Pace
@@ -574,8 +574,8 @@ class Scheduler:
         for txn in over:
             found = self.store.existing([row.job_id for row in txn.rows])
             kept = [(row, fut) for row, fut in zip(txn.rows, txn.futures) if row.job_id in found]
-            gone = CallerTransaction(self, txn.trans, futures=[f for r, f in zip(txn.rows, txn.futures) if r.job_id not in found])
-            gone.rolled_back()  # a savepoint rolled back, or the commit itself failed
+            # Missing: written inside a savepoint that rolled back, or the commit itself failed.
+            never_stored([f for r, f in zip(txn.rows, txn.futures) if r.job_id not in found])
             if not kept:
                 continue
             rows = [row for row, _ in kept]
