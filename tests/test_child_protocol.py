@@ -29,7 +29,7 @@ SECRET = "correct horse battery staple"
 # pickles, and the package's plain records (dataclasses, no database code).
 CHILD_MODULES = {
     "dbexecutor", "dbexecutor.child", "dbexecutor.errors", "dbexecutor.messages", "dbexecutor.serialization",
-    "dbexecutor.records", "dbexecutor.states", "dbexecutor.progress",
+    "dbexecutor.records", "dbexecutor.states", "dbexecutor.progress", "dbexecutor.transactions",
 }
 
 

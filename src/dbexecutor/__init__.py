@@ -26,9 +26,11 @@ from .errors import (
     PayloadRejected,
     RemoteError,
     SchemaVersionError,
+    SubmitRolledBack,
     WorkerDied,
 )
 from .progress import report_progress
+from .transactions import transaction
 from .records import ExecutorInfo, GroupInfo, JobDetail, JobProgress, JobSummary, StatusReport
 
 if TYPE_CHECKING:
@@ -79,6 +81,7 @@ __all__ = [
     "ExecutorInfo",
     "JobProgress",
     "report_progress",
+    "transaction",
     "DBExecutorError",
     "ConfigurationError",
     "DatabaseUnavailable",
@@ -90,4 +93,5 @@ __all__ = [
     "RemoteError",
     "NotRunnable",
     "CannotRunHere",
+    "SubmitRolledBack",
 ]

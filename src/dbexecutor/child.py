@@ -12,9 +12,12 @@
            ◄── Progress ──────────────────── what the job reports (report_progress),
                                              the latest value, a few times a second at most
 
-A child never opens a database connection (nor imports SQLAlchemy): the
-parent renews the lease of the attempt a child runs while that child's beats
-are fresh, and writes the outcome guarded by the attempt token. A child that
+A child opens no database connection (nor imports SQLAlchemy) unless a job
+asks for a transaction (``dbexecutor.transaction()``, :mod:`dbexecutor.transactions`):
+then it connects once and commits that job's completion together with the
+job's writes, fenced by the attempt token, and its Result says so. Otherwise
+the parent renews the lease of the attempt a child runs while that child's
+beats are fresh, and writes the outcome guarded by the attempt token. A child that
 freezes, or a job that holds the GIL, stops the beats, so the lease runs out
 as if the child had renewed it itself. When the parent dies (a pipe closes
 or breaks) the child exits quietly, taking its job's subprocesses with it.
@@ -34,7 +37,7 @@ from typing import Any, NoReturn
 
 import psutil
 
-from . import progress, serialization
+from . import progress, serialization, transactions
 from .errors import CannotRunHere
 from .messages import Beat, Call, ChildConfig, InitFailed, Progress, Ready, Result, Stop, FromChild
 
@@ -225,6 +228,8 @@ def child_main(conn: Connection, lifeline: Connection, config: ChildConfig) -> N
     beat = _Heartbeat(link, lifeline, config.heartbeat_interval)
     beat.start()
     progress.install(beat.report)
+    txns = transactions.ChildTransactions(config.database, config.signer) if config.database is not None else None
+    transactions.install(txns)
     link.send(Ready())
     while True:
         call = link.recv()
@@ -233,5 +238,9 @@ def child_main(conn: Connection, lifeline: Connection, config: ChildConfig) -> N
         beat.start_job(call.job_id, call.attempt)
         started = time.time()
         ok, blob, summary, loaded, refused = _run_one(call, config.signer)
+        finalized = False
+        if txns is not None and txns.open:
+            # Still beating: the commit may wait a moment for the row's lock.
+            ok, blob, summary, finalized = txns.end(call, ok, blob, summary, started)
         beat.end_job()
-        link.send(Result(call.job_id, call.attempt, ok, blob, summary, started, time.time(), loaded, refused))
+        link.send(Result(call.job_id, call.attempt, ok, blob, summary, started, time.time(), loaded, refused, finalized))

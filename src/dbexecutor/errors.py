@@ -29,6 +29,7 @@ __all__ = [
     "RemoteError",
     "NotRunnable",
     "CannotRunHere",
+    "SubmitRolledBack",
 ]
 
 
@@ -139,4 +140,12 @@ class NotRunnable(DBExecutorError):
     job back and stops claiming that function for a while; after a few such
     refusals the job fails with this error, naming the function and the hosts
     that could not load it.
+    """
+
+
+class SubmitRolledBack(DBExecutorError):
+    """The transaction a job was submitted in (``options(connection=...)``) rolled back: the job never existed.
+
+    Its future is final with this error; nothing was stored and nothing runs.
+    Submit again in the transaction that replaces it.
     """

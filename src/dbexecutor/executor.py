@@ -16,20 +16,20 @@ import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from multiprocessing.context import BaseContext
 from typing import Any, ParamSpec, TypeVar, overload
 
 from sqlalchemy.engine import URL
 
-from . import schema, serialization
+from . import intransaction, schema, serialization
 from .durations import Duration, seconds
 from .child import run_chunk as _run_chunk  # also the name rows written before it moved refer to
 from .future import JobFuture
 from .queues import EVERY, check_name, program_queue, serving
 from .pool import default_context, default_workers
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
-from .records import GroupInfo, NewJob
+from .records import Final, GroupInfo, NewJob
 from .store import Store
 
 __all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
@@ -81,6 +81,11 @@ class JobOptions:
     ``timeout``, ``retry_delay`` and ``delay`` take a number of seconds, a
     ``timedelta`` or a duration string such as ``"90s"``, ``"30m"`` or
     ``"1h30m"``; they are stored as seconds (floats).
+
+    ``connection``: a SQLAlchemy ``Connection`` or ORM ``Session`` on the
+    executor's database: the jobs are written through it, inside its open
+    transaction, and exist only if it commits (README, "Submitting inside
+    your transaction"). Not stored.
     """
 
     key: str | None = None
@@ -93,6 +98,7 @@ class JobOptions:
     delay: float | None = None
     run_after: float | None = None
     retry_delay: float | None = None
+    connection: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in _DURATIONS:
@@ -305,7 +311,7 @@ class Batch(JobFuture[list[Any]]):
             for call in chunk:
                 if isinstance(call, JobFuture):
                     call.result()  # raises the pickling error
-            futures += ex._submit_many(chunk, now)
+            futures += ex._submit_many(chunk, now, self._options.connection)
         self._add(futures)
         return futures
 
@@ -544,7 +550,10 @@ class DBExecutor(Executor):
             submitted_by=self._submitter_id,
             batch=True,
         )
-        self._scheduler.write([job], now, futures=[batch])
+        if batch._options.connection is not None:
+            self._write_in(batch._options.connection, [job], futures=[batch])
+        else:
+            self._scheduler.write([job], now, futures=[batch])
 
     def futures(self) -> list[JobFuture[Any]]:
         """Futures of every unfinished job in the database, oldest first."""
@@ -592,13 +601,19 @@ class DBExecutor(Executor):
         """
         return self._submit(fn, args, kwargs, after, self._defaults)
 
-    def _dependency(self, fut: Any) -> int:
+    def _dependency(self, fut: Any, in_transaction: bool = False) -> int:
         if not isinstance(fut, JobFuture):
             raise TypeError(
                 f"a dependency must be a JobFuture from a DBExecutor on the same database, not {type(fut).__name__}"
             )
         if isinstance(fut, Batch) and not fut._sealed:
             raise TypeError("a batch can be a dependency once it is sealed (after its with block, or seal())")
+        if in_transaction and not fut.stored and self._store.driver.single_writer:
+            # Storing it now needs the write lock, which the caller's transaction may hold: it would wait for itself.
+            raise ValueError(
+                f"{fut!r} is not stored yet, and this database has one writer at a time: call ex.flush() "
+                "before the transaction begins, then submit inside it"
+            )
         if fut.job_id is None or fut._identity != self._store.identity:
             raise TypeError(f"{fut!r} belongs to another database or table prefix and cannot be a dependency here")
         return fut.job_id
@@ -632,10 +647,11 @@ class DBExecutor(Executor):
         deps: list[int] = []
         refs: list[int] = []  # the deps whose results are arguments (after= only orders)
         found = upstream if upstream is not None else []
+        in_transaction = opts.connection is not None
 
         def to_ref(x: Any) -> Any:
             if isinstance(x, Future):
-                refs.append(self._dependency(x))
+                refs.append(self._dependency(x, in_transaction))
                 deps.append(refs[-1])
                 found.append(x)
                 return serialization.JobRef(refs[-1])
@@ -643,7 +659,7 @@ class DBExecutor(Executor):
 
         args, kwargs = serialization.map_arguments(args, kwargs, to_ref)
         for f in after:
-            deps.append(self._dependency(f))
+            deps.append(self._dependency(f, in_transaction))
             found.append(f)
         try:
             payload = serialization.dump_payload(fn, args, kwargs, self._store.signer)
@@ -696,6 +712,8 @@ class DBExecutor(Executor):
         job = self._prepare(fn, args, kwargs, after, opts, now, upstream=upstream)
         if isinstance(job, JobFuture):
             return job
+        if opts.connection is not None:
+            return self._write_in(opts.connection, [job])[0]
         if job.key is None:
             # The next scheduler tick writes it, with every other submit since
             # the last commit, in the transaction that also claims work.
@@ -711,10 +729,52 @@ class DBExecutor(Executor):
         # this returns): written now, after the submits queued before it.
         return self._scheduler.write([job], now)[0]
 
-    def _submit_many(self, jobs: list[NewJob | JobFuture[Any]], now: float) -> list[JobFuture[Any]]:
-        """Insert many dependency-free rows with few commits (``map``); futures in input order."""
-        written = iter(self._scheduler.write([j for j in jobs if isinstance(j, NewJob)], now))
+    def _submit_many(
+        self, jobs: list[NewJob | JobFuture[Any]], now: float, connection: Any = None
+    ) -> list[JobFuture[Any]]:
+        """Insert many dependency-free rows with few commits (``map``); futures in input order.
+
+        ``connection``: through the caller's transaction instead (see :meth:`_write_in`).
+        """
+        rows = [j for j in jobs if isinstance(j, NewJob)]
+        written = iter(self._scheduler.write(rows, now) if connection is None else self._write_in(connection, rows))
         return [j if isinstance(j, JobFuture) else next(written) for j in jobs]
+
+    def _write_in(
+        self, given: Any, jobs: list[NewJob], futures: list[JobFuture[Any]] | None = None
+    ) -> list[JobFuture[Any]]:
+        """Write ``jobs`` through the caller's connection (or Session), in its open transaction; their futures.
+
+        Nothing goes through this executor's submit queue or its own
+        connections (on SQLite the caller's transaction may hold the one write
+        lock). A new job's future knows its id at once and is tracked when the
+        transaction commits, or fails with ``SubmitRolledBack`` when it rolls
+        back (:mod:`dbexecutor.intransaction`). A key already taken by a
+        committed job gives that job's future, as outside a transaction.
+        ``futures``, if given, receive the ids (one per job: a sealed batch).
+        """
+        if not jobs:
+            return []
+        conn = intransaction.connection_of(given)
+        self._store.check_same_database(conn)
+        if not conn.in_transaction():
+            conn.begin()  # as the caller's next statement would (autobegin): the caller commits it
+        txn = intransaction.pending(conn, self._scheduler)
+        rows, notices, groups = self._store.insert_through(conn, jobs, self._store.now())
+        txn.notices += notices
+        txn.groups.update(groups)
+        out: list[JobFuture[Any]] = []
+        for n, (job, row) in enumerate(zip(jobs, rows)):
+            mine = txn.future_of(row.job_id)
+            if mine is not None:  # the same key twice in this transaction
+                out.append(mine)
+            elif row.existing:  # a key a committed job holds: that job's future
+                out.append(self._scheduler.future_of(Final(row.job_id, row.state, row.result)))
+            else:
+                fut = futures[n] if futures is not None else JobFuture(row.job_id, intransaction.NOT_COMMITTED, self._store.identity)
+                txn.add(job, row, fut)
+                out.append(fut)
+        return out
 
     # -- map ------------------------------------------------------------------
 
@@ -756,6 +816,8 @@ class DBExecutor(Executor):
             raise ValueError("chunksize must be >= 1.")
         if opts.key is not None:
             raise ValueError("a key names one job; map submits many (use submit for keyed jobs)")
+        if opts.connection is not None and buffersize is not None:
+            raise ValueError("buffersize submits as results are consumed, after the transaction: give one or the other")
         self._check_open()
         end_time = None if timeout is None else timeout + time.monotonic()
         items = zip(*iterables)
@@ -770,6 +832,8 @@ class DBExecutor(Executor):
         """Queue the next ``limit`` jobs of a ``map`` (all of them for None); their futures, in order."""
         now = self._store.now()
         calls = (self._prepare(plan.fn, args, {}, (), plan.opts, now, plan.name) for args in itertools.islice(plan.args, limit))
+        if plan.opts.connection is not None:
+            return self._submit_many(list(calls), now, plan.opts.connection)
         # Queued like submits: the scheduler writes them with its ticks, in
         # the transactions that also claim them. Handed over in slices: a
         # short map reaches the scheduler whole (one tick writes and claims

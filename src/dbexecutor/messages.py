@@ -14,7 +14,9 @@
                              ◄──────────── Result(...)             the outcome
     Stop ──────────────────────────────────────────────────► exit
 
-A child never touches the database: the results a job takes as arguments
+A child never touches the database unless a job asks for a transaction
+(``dbexecutor.transaction()``; then it also commits that job's completion,
+:class:`Result` says so): the results a job takes as arguments
 travel inside its :class:`Call`, still signed, and the child checks them; its
 beats go to the parent, which renews the leases of all its children in one
 statement and writes every outcome. The blobs are passed through unopened,
@@ -30,7 +32,14 @@ from typing import Any, Callable, NamedTuple, Union
 
 from .serialization import Signer
 
-__all__ = ["ChildConfig", "Call", "Stop", "Ready", "InitFailed", "Beat", "Progress", "Result", "ToChild", "FromChild"]
+__all__ = ["DatabaseAddress", "ChildConfig", "Call", "Stop", "Ready", "InitFailed", "Beat", "Progress", "Result", "ToChild", "FromChild"]
+
+
+class DatabaseAddress(NamedTuple):
+    """Where a job's transaction connects (``dbexecutor.transaction()``): plain text, so no SQLAlchemy to unpickle it."""
+
+    url: str  # the executor's URL, password included
+    prefix: str  # its table prefix
 
 
 class ChildConfig(NamedTuple):
@@ -40,6 +49,7 @@ class ChildConfig(NamedTuple):
     initializer: Callable[..., Any] | None
     initargs: tuple[Any, ...]
     signer: Signer  # checks payloads and upstream results, signs results and exceptions
+    database: DatabaseAddress | None = None  # for jobs that ask for a transaction (None: they cannot)
 
 
 # -- parent → child ---------------------------------------------------------------
@@ -104,6 +114,9 @@ class Result(NamedTuple):
     importable, another secret). ``refused``: the job never ran because this
     child could not load its function or arguments (why, and on which host):
     not the job's failure, it goes back for another executor.
+    ``finalized``: the job wrote through ``dbexecutor.transaction()`` and the
+    child committed its completion with those writes: the row is done
+    already, so the parent only resolves futures and tells others.
     """
 
     job_id: int
@@ -115,6 +128,7 @@ class Result(NamedTuple):
     ended: float
     loaded: bool = True
     refused: str | None = None
+    finalized: bool = False
 
 
 ToChild = Union[Call, Stop]

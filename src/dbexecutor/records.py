@@ -145,6 +145,7 @@ class Report:
     fn_name: str = ""
     refused: bool = False  # the child could not load the job (``error`` says why): not a failure of the job
     stopped: bool = False  # killed because someone asked it to stop: the job ends cancelled, not retried
+    finalized: bool = False  # the child committed the completion with the job's own writes: the row is done already
 
 
 @dataclass(frozen=True)
@@ -165,6 +166,7 @@ class Finished:
     lost: list[int] = field(default_factory=list)
     released: int = 0  # dependents that became ready
     refused: list[int] = field(default_factory=list)  # put back: the child could not load them
+    finalized: list[int] = field(default_factory=list)  # done by their children's own commits (job transactions)
 
 
 # -- public read models ---------------------------------------------------------------------------
@@ -437,10 +439,13 @@ class Renewal:
 
     A job in ``stop`` is still this owner's: it kills the job's process tree
     and reports the attempt as stopped, which ends the job ``cancelled``.
+    A job in ``done`` was finished by the very attempt held (its child
+    committed a job transaction, and its Result is on the way): not lost.
     """
 
     lost: set[int] = field(default_factory=set)
     stop: set[int] = field(default_factory=set)
+    done: set[int] = field(default_factory=set)
 
 
 @dataclass(frozen=True)

@@ -69,6 +69,7 @@ class Registry:
             for row, fut in zip(rows, given):
                 if fut is not None:
                     fut.job_id = row.job_id
+                    fut._control = self._control  # submitted in a caller's transaction: controllable from now on
                 out.append(self.track(row.job_id, outstanding=row.state not in schema.FINAL_STATES, future=fut))
         return out
 

@@ -45,6 +45,8 @@ from sqlalchemy.exc import DBAPIError
 from . import __version__, hosts, schema
 from .doorbell import Doorbell
 from .flags import ExecutorFlags
+from .intransaction import CallerTransaction, never_stored
+from .messages import DatabaseAddress
 from .future import JobFuture
 from .pace import Pace
 from .registry import Registry
@@ -164,7 +166,9 @@ class Scheduler:
         self._dues = DueTimes()
         self._registry = Registry(self, store.identity, store.signer)
         self._queue = SubmitQueue(store, self._registry, self.flags, self._wakeup.wake)
-        self._supervisor = Supervisor(settings, store.signer, self.pace, self._wakeup.wake)
+        # A job's transaction (dbexecutor.transaction()) connects where this store does.
+        address = DatabaseAddress(store.url.render_as_string(hide_password=False), store.prefix)
+        self._supervisor = Supervisor(settings, store.signer, self.pace, self._wakeup.wake, address)
         # Kept across a database outage until written:
         self._reports: list[Report] = []  # outcomes from the children
         self._releases: list[tuple[int, int]] = []  # held jobs no child will start
@@ -173,6 +177,8 @@ class Scheduler:
         self._next_renew = self._next_poll = self._next_reclaim = self._next_retention = 0.0
         self._next_rescue = self._next_forget = 0.0
         self._skip: dict[str, float] = {}  # functions not to claim (children could not load them), until a monotonic time
+        self._committing: list[CallerTransaction] = []  # callers' transactions with jobs, committing now
+        self._committing_lock = threading.Lock()
         self._stop_listening = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dbexecutor-scheduler", daemon=True)
         _live.add(self)
@@ -246,6 +252,15 @@ class Scheduler:
         if unfinished:
             self.wake(work=schema.READY in unfinished)
         return futs
+
+    def committing(self, txn: CallerTransaction) -> None:
+        """A caller's transaction that wrote jobs is committing (its "commit" event, on the caller's thread).
+
+        The loop tracks its jobs once the commit has returned (see :meth:`_adopt_committed`).
+        """
+        with self._committing_lock:
+            self._committing.append(txn)
+        self.wake(work=True)
 
     def future_of(self, row: Final) -> JobFuture[Any]:
         """This process's future of a job read from the database (resolved at once if ``row`` is final)."""
@@ -371,6 +386,7 @@ class Scheduler:
         self._keep_time()
         self._reclaim_expired()
         self._rescue_dead_executors()
+        self._adopt_committed()
         self._write_and_claim()
         self._dispatch_claimed()
         self._renew_leases()
@@ -381,8 +397,8 @@ class Scheduler:
         with self.flags.deciding():
             if not self.flags.shutdown and self.flags.broken is None:
                 return False
-            if self.flags.broken is None and len(self._queue):
-                return False  # queued submits are written first, whatever else happens
+            if self.flags.broken is None and (len(self._queue) or self._committing):
+                return False  # queued submits are written (committed ones tracked) first, whatever else happens
             if self.flags.broken is None and not self.flags.detached and self._registry.has_outstanding():
                 return False
         return not (self._reports or self._releases or self._claimed or self._supervisor.busy())
@@ -544,6 +560,36 @@ class Scheduler:
         self._claimed += claimed
         self._queue.stored(items, inserted)
         return inserted, done
+
+    def _adopt_committed(self) -> None:
+        """Track the jobs of callers' transactions whose commit has returned; those whose rows are missing never existed."""
+        with self._committing_lock:
+            if not self._committing:
+                return
+            over = [t for t in self._committing if not t.trans.is_active]
+            self._committing = [t for t in self._committing if t.trans.is_active]
+            if self._committing:  # a commit still under way: look again in a moment
+                self._dues.add(self.store.now() + 0.005)
+        woken = False
+        for txn in over:
+            found = self.store.existing([row.job_id for row in txn.rows])
+            kept = [(row, fut) for row, fut in zip(txn.rows, txn.futures) if row.job_id in found]
+            # Missing: written inside a savepoint that rolled back, or the commit itself failed.
+            never_stored([f for r, f in zip(txn.rows, txn.futures) if r.job_id not in found])
+            if not kept:
+                continue
+            rows = [row for row, _ in kept]
+            self._registry.adopt(rows, [fut for _, fut in kept])
+            self._registry.settle(rows)
+            self.store.groups_written(txn.groups)
+            if txn.notices and self.store.after_commit is not None:
+                self.store.after_commit(txn.notices)  # other executors (no NOTIFY here)
+            delays = [job.run_after for job, row in zip(txn.jobs, txn.rows) if job.run_after is not None and row.job_id in found]
+            if delays:
+                self._dues.add(min(delays))
+            woken = True
+        if woken:
+            self._wakeup.wake(work=True)  # the claim of this tick and the next look at them
 
     def _resolve(self, inserted: list[Submitted], done: Finished) -> None:
         """Resolve the futures a commit made final: rows final on arrival, and jobs that ended."""

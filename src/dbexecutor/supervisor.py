@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import serialization
 from .errors import JobTimeoutError, WorkerDied
-from .messages import Beat, Call, ChildConfig, InitFailed, Progress, Ready, Result, Stop
+from .messages import Beat, Call, ChildConfig, DatabaseAddress, InitFailed, Progress, Ready, Result, Stop
 from .pace import Pace
 from .pool import Assignment, Child, describe_exit, kill_trees, start_child
 from .records import Claimed, Report
@@ -57,9 +57,17 @@ _SUMMARY = 300  # characters of an exception's message in a log line
 class Supervisor:
     """The child processes of one executor and the jobs each one holds."""
 
-    def __init__(self, settings: Settings, signer: serialization.Signer, pace: Pace, wake: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        signer: serialization.Signer,
+        pace: Pace,
+        wake: Callable[[], None],
+        database: DatabaseAddress | None = None,
+    ) -> None:
         self.s = settings
-        self._config = ChildConfig(settings.heartbeat_interval, settings.initializer, settings.initargs, signer)
+        # ``database``: where a job's transaction connects (a child opens it only if a job asks).
+        self._config = ChildConfig(settings.heartbeat_interval, settings.initializer, settings.initargs, signer, database)
         self._signer = signer
         self._pace = pace
         self._wake = wake  # ends the loop's wait (a kill finished)
@@ -172,6 +180,7 @@ class Supervisor:
         self._report(Report(
             msg.job_id, msg.attempt, msg.ok, msg.blob, outcome, msg.refused or msg.error,
             worker_name(c.pid), msg.started, msg.ended, head.retry_delay, head.function, msg.refused is not None,
+            finalized=msg.finalized,
         ))
         self._pace.job_ended(msg.ended - msg.started)
         log.debug("job %d attempt %d ended (%s) in child %d", msg.job_id, msg.attempt, msg.error or outcome, c.pid)

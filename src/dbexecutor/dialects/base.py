@@ -76,6 +76,9 @@ class Driver:
     packet_bytes: int = PACKET_BYTES
     #: What ``EXPLAIN`` is spelled as here.
     explain_prefix: ClassVar[str] = "EXPLAIN "
+    #: One writer at a time for the whole database (SQLite): a transaction that has written holds
+    #: every other writer back until it ends, this process's own executor included.
+    single_writer: ClassVar[bool] = False
 
     def __init__(self, url: URL) -> None:
         self.url = url
@@ -116,6 +119,15 @@ class Driver:
 
     def server_time(self, conn: Connection) -> float:
         """The server's clock now, as epoch seconds (one round trip)."""
+        raise NotImplementedError(self.label)
+
+    def database_identity(self, conn: Connection) -> tuple[Any, ...]:
+        """What tells this database apart from every other one, read on ``conn`` (a statement that cannot fail).
+
+        Two connections with equal identities reach the same tables (given the
+        same prefix): a caller's connection for a submit inside its
+        transaction is checked against the executor's own.
+        """
         raise NotImplementedError(self.label)
 
     # -- schema -----------------------------------------------------------------------------------

@@ -79,6 +79,12 @@ class MySQLDriver(Driver):
     def _quote(name: str) -> str:
         return "`" + name.replace("`", "``") + "`"
 
+    def database_identity(self, conn: Connection) -> tuple[Any, ...]:
+        # The server (its host name, port and server id: the same through any
+        # address or proxy that reaches it) and the current database.
+        row = conn.exec_driver_sql("SELECT @@hostname, @@port, @@server_id, DATABASE()").one()
+        return ("mysql", *tuple(row))
+
     def server_time(self, conn: Connection) -> float:
         # SYSDATE(6), not NOW(6): NOW() is the statement's start, and SYSDATE the moment it is read.
         return float(conn.exec_driver_sql("SELECT UNIX_TIMESTAMP(SYSDATE(6))").scalar_one())

@@ -74,6 +74,16 @@ class PostgreSQLDriver(Driver):
         # clock_timestamp(), not now(): now() is the transaction's start.
         return float(conn.exec_driver_sql("SELECT EXTRACT(EPOCH FROM clock_timestamp())").scalar_one())
 
+    def database_identity(self, conn: Connection) -> tuple[Any, ...]:
+        # The server, told apart by its port setting and when it started (the
+        # same seen directly, through a socket, or through PgBouncer, which
+        # inet_server_addr() is not), the database, and the schema unqualified
+        # table names resolve to. Every one of these is readable by any role.
+        row = conn.exec_driver_sql(
+            "SELECT current_setting('port'), CAST(pg_postmaster_start_time() AS text), current_database(), current_schema()"
+        ).one()
+        return ("postgresql", *tuple(row))
+
     def is_transient(self, error: DBAPIError) -> bool:
         code = getattr(error.orig, "sqlstate", None)
         if code is None:

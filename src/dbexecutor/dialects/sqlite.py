@@ -38,6 +38,7 @@ class SQLiteDriver(Driver):
 
     label = "SQLite"
     explain_prefix = "EXPLAIN QUERY PLAN "
+    single_writer = True
 
     def __init__(self, url: URL) -> None:
         super().__init__(url)
@@ -63,6 +64,12 @@ class SQLiteDriver(Driver):
         # The "server" is this machine's clock, read by SQLite's C library as
         # every process on the file reads it (a Julian day number, in days).
         return float(conn.exec_driver_sql("SELECT (julianday('now') - 2440587.5) * 86400.0").scalar_one())
+
+    def database_identity(self, conn: Connection) -> tuple[Any, ...]:
+        # The main database's file, as SQLite opened it (symbolic links resolved here).
+        rows = conn.exec_driver_sql("PRAGMA database_list").all()
+        path = next((r[2] for r in rows if r[1] == "main"), "") or ""
+        return ("sqlite", os.path.realpath(path) if path else "")
 
     def database_missing(self) -> bool:
         db = self.url.database or ""

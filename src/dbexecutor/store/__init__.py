@@ -121,6 +121,7 @@ class Store:
         self.schema_report: SchemaReport | None = self.ensure_schema() if create else None
         # Once: every future carries it, and rendering the URL per submit shows up.
         self._identity = (masked_url(self.url), self.prefix)
+        self._database_identity: tuple[Any, ...] | None = None  # read on first use (check_same_database)
 
     def __repr__(self) -> str:
         return f"Store({masked_url(self.url)!r}, prefix={self.prefix!r})"
@@ -272,6 +273,68 @@ class Store:
         out, groups = self._txn(work)
         submit.groups_done(self.ctx, groups)
         return out  # type: ignore[no-any-return]
+
+    # -- submit inside the caller's transaction -------------------------------------------------------
+
+    def check_same_database(self, conn: Connection) -> None:
+        """Refuse (``ConfigurationError``) a caller's connection that does not reach this store's database.
+
+        The identity (see :meth:`Driver.database_identity`) is read once per
+        pooled connection and kept in its ``info``.
+        """
+        if self._database_identity is None:
+            # Read-only: on SQLite the caller's transaction may hold the write lock already.
+            self._database_identity = self._txn(self.driver.database_identity, read_only=True)
+        key = "dbexecutor.database_identity"
+        theirs = conn.info.get(key)
+        if theirs is None:
+            theirs = conn.info[key] = self.driver.database_identity(conn)
+        if theirs != self._database_identity:
+            raise ConfigurationError(
+                f"the connection given to submit reaches another database ({', '.join(map(str, theirs[1:]))}) than "
+                f"the executor's {masked_url(self.url)} ({', '.join(map(str, self._database_identity[1:]))}): "
+                "a job can be submitted only through a connection to the executor's own database"
+            )
+
+    def insert_through(
+        self, conn: Connection, jobs: Sequence[NewJob], now: float
+    ) -> tuple[list[Submitted], list[str], dict[str, int | None]]:
+        """Insert ``jobs`` (keyed or not, in order) through a caller's connection, in its open transaction.
+
+        Nothing is committed here and nothing is tried again: the transaction
+        is the caller's. Returns the rows, the notifications to send once it
+        commits (databases without NOTIFY; PostgreSQL's are queued in the
+        transaction itself), and the groups written (for :meth:`groups_written`).
+        """
+        ctx = self.ctx
+        unsent = ctx.unsent()
+        unsent.clear()
+        groups = submit.ensure_groups(ctx, conn, jobs)
+        rows: list[Submitted] = []
+        i = 0
+        while i < len(jobs):
+            if jobs[i].key is not None:
+                rows.append(submit.insert_job(ctx, conn, jobs[i], now)[0])
+                i += 1
+                continue
+            end = i
+            while end < len(jobs) and jobs[end].key is None:
+                end += 1
+            out = submit.insert_many(ctx, conn, jobs[i:end], now)
+            submit.notify_changes(ctx, conn, jobs[i:end], out, now)
+            rows += out
+            i = end
+        notices = list(unsent)
+        unsent.clear()
+        return rows, notices, groups
+
+    def groups_written(self, groups: dict[str, int | None]) -> None:
+        """The transaction that wrote ``groups`` (from :meth:`insert_through`) committed."""
+        submit.groups_done(self.ctx, groups)
+
+    def existing(self, job_ids: Sequence[int]) -> set[int]:
+        """Which of ``job_ids`` have a committed row."""
+        return self._read(reads.existing, job_ids)  # type: ignore[no-any-return]
 
     # -- claim and the scheduler's tick ---------------------------------------------------------------
 

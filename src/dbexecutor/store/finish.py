@@ -2,7 +2,9 @@
 
 Everything a batch of reports changes is written in the caller's transaction:
 the final states with their results (or exceptions), the attempt rows, and
-the DAG downstream of every job that finished. Each write is fenced by the
+the DAG downstream of every job that finished. A report ``finalized`` by its
+child (a job transaction, :mod:`dbexecutor.store.completion`) was all of that
+already, in the child's commit: it only joins the finals. Each write is fenced by the
 attempt's token; a report from an attempt that lost its lease is recorded in
 the attempts table as ``lease lost (...)`` and changes no job. An attempt its
 owner stopped on request ends the job ``cancelled`` (never retried), with
@@ -61,7 +63,10 @@ def _refused(ctx: Context, conn: Connection, rep: Report, now: float, out: Finis
 def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float) -> Finished:
     """Record how a batch of attempts ended (see the module docstring)."""
     out = Finished()
-    reports = sorted(reports, key=lambda r: r.job_id)  # one lock order for every writer
+    # Committed by their children with the jobs' own writes (job transactions): nothing left to write.
+    out.finalized = sorted(r.job_id for r in reports if r.finalized)
+    out.finals += [Final(r.job_id, schema.DONE, r.blob) for r in reports if r.finalized]
+    reports = sorted((r for r in reports if not r.finalized), key=lambda r: r.job_id)  # one lock order for every writer
     ok = [r for r in reports if r.ok]
     won = ctx.driver.finish_done(conn, ctx.sql, [(r.job_id, r.attempt, r.blob) for r in ok], now) if ok else set()
     out.finals += [Final(r.job_id, schema.DONE, r.blob) for r in ok if r.job_id in won]

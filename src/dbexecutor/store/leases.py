@@ -47,8 +47,13 @@ def renew(
             # Short: a lease is gone, or a job was asked to stop (left unrenewed). Which?
             mine = set(part)
             found = [r for r in conn.execute(ctx.sql.active_tokens, {"p_ids": sorted(ids)}) if (int(r.id), r.attempt) in mine]
-            out.lost.update(ids - {int(r.id) for r in found})
+            gone = ids - {int(r.id) for r in found}
             out.stop.update(int(r.id) for r in found if r.terminate_requested is not None)
+            if gone:
+                # Done by the attempt held: a child committed its job transaction, its Result is on the way.
+                done = conn.execute(ctx.sql.done_tokens, {"p_ids": sorted(gone)}).all()
+                out.done.update(int(r.id) for r in done if (int(r.id), r.attempt) in mine)
+                out.lost.update(gone - out.done)
     if progress:
         control.write_progress(ctx, conn, progress, now)
     return out

@@ -10,7 +10,15 @@ from .. import schema
 from ..records import Final
 from .context import Context, chunks
 
-__all__ = ["finals", "results", "upstream_results", "job", "job_id_for_key", "count_states", "unfinished", "ids_in_state"]
+__all__ = ["existing", "finals", "results", "upstream_results", "job", "job_id_for_key", "count_states", "unfinished", "ids_in_state"]
+
+
+def existing(ctx: Context, conn: Connection, job_ids: Sequence[int]) -> set[int]:
+    """Which of ``job_ids`` have a row (those a committed transaction wrote)."""
+    out: set[int] = set()
+    for part in chunks(list(job_ids)):
+        out.update(int(r.id) for r in conn.execute(ctx.sql.job_states, {"p_ids": list(part)}))
+    return out
 
 
 def finals(ctx: Context, conn: Connection, job_ids: Sequence[int]) -> list[Final]:

@@ -239,7 +239,8 @@ def notify_changes(
     finished: the jobs ``done`` finalized and new rows already final.
     """
     mine = set(taken)
-    ready = bool(done and (done.released or done.retried or done.refused)) or any(
+    # A job finalized by its child may have released dependents there: said so, for whoever claims.
+    ready = bool(done and (done.released or done.retried or done.refused or done.finalized)) or any(
         runnable_on_arrival(job, row.state, now) and row.job_id not in mine for job, row in zip(jobs, rows)
     )
     finished = [f.job_id for f in done.finals] if done else []
