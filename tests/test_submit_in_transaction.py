@@ -6,7 +6,6 @@ application's would), on the same database as the executor.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import os
 import subprocess
 import sys
