@@ -35,6 +35,8 @@ def _populated(db):
 
 def test_every_page_renders_and_escapes_what_the_database_holds(db):
     ex, a, b, bad, batch, later = _populated(db)
+    elsewhere = ex.options(queue="elsewhere").submit(jobs.add, 1, 1)  # a queue this executor does not serve
+    ex.flush()
     store = db.store()
     try:
         with serve(store) as base:
@@ -58,6 +60,9 @@ def test_every_page_renders_and_escapes_what_the_database_holds(db):
             assert graph.count('class="node st-done"') == 2 and "<svg" in graph
             listed = web.get("/jobs?state=failed").text
             assert f'data-job="{bad.job_id}"' in listed and f'data-job="{b.job_id}"' not in listed
+            queued = web.get("/jobs?queue=elsewhere").text
+            assert f'data-job="{elsewhere.job_id}"' in queued and f'data-job="{bad.job_id}"' not in queued
+            assert {j["id"] for j in json.loads(web.get("/api/jobs?queue=elsewhere").text)["jobs"]} == {elsewhere.job_id}
             assert web.get("/jobs/987654").status == 404
             assert web.get("/jobs?newer=soon").status == 400
             assert web.get("/static/app.js").status == 200 and web.get("/static/app.css").status == 200

@@ -3,7 +3,7 @@
 ::
 
     GET  /                      overview                 GET /api/overview
-    GET  /jobs?state=&group=... a page of jobs           GET /api/jobs?...
+    GET  /jobs?state=&group=&queue=... a page of jobs           GET /api/jobs?...
     GET  /jobs/{id}             one job                  GET /api/jobs/{id}
     GET  /graph?job=|key=       a DAG                    GET /api/graph?...
     GET  /workers               the executors            GET /api/workers
@@ -119,7 +119,7 @@ def create_app(store: Store, *, token: str | None = None, refresh: float = 2.0, 
 
     def _filters(request: Request) -> tuple[dict[str, str], JobFilter, int | None, int | None]:
         q = request.query_params
-        given = {k: q.get(k, "").strip() for k in ("state", "group", "function", "key", "newer", "older", "before", "after")}
+        given = {k: q.get(k, "").strip() for k in ("state", "group", "queue", "function", "key", "newer", "older", "before", "after")}
         now = store.now()
         try:
             newer = parse_duration(given["newer"]) if given["newer"] else None
@@ -129,6 +129,7 @@ def create_app(store: Store, *, token: str | None = None, refresh: float = 2.0, 
             f = JobFilter(
                 states=(given["state"],) if given["state"] else (),
                 group=given["group"] or None,
+                queue=given["queue"] or None,
                 # The whole name: the function index pages through it.
                 function=given["function"] or None,
                 exact_function=True,

@@ -289,6 +289,7 @@ def jobs_page(
         '<form method="get" action="/jobs" class="filters">'
         f'<label>state <select name="state"><option value="">any</option>{options}</select></label>'
         f'<label>group <select name="group"><option value="">any</option>{group_options}</select></label>'
+        f'<label>queue <input name="queue" value="{esc(filters.get("queue", ""))}" size="12"></label>'
         f'<label>function <input name="function" list="functions" value="{esc(filters.get("function", ""))}" '
         f'placeholder="module.name" size="28"></label><datalist id="functions">{fn_list}</datalist>'
         f'<label>key <input name="key" value="{esc(filters.get("key", ""))}" size="16"></label>'
@@ -298,7 +299,7 @@ def jobs_page(
     )
     rows = "".join(
         f'<tr data-job="{j.id}"><td>{_link_job(j.id)}</td><td>{badge(j.state)}</td><td>{esc(j.group)}</td>'
-        f"<td>{_cell(j.function, 50)}</td><td>{_cell(j.key, 24)}</td><td>{j.attempt}</td>"
+        f"<td>{_cell(j.queue, 20)}</td><td>{_cell(j.function, 50)}</td><td>{_cell(j.key, 24)}</td><td>{j.attempt}</td>"
         f"<td>{ago(now - j.created_at)}</td><td>{_cell(j.worker, 26)}</td>"
         f"<td>{bar(j.progress, j.progress_message or '') if j.state in _ACTIVE else ''}</td><td>{_cell(j.error, 60)}</td></tr>"
         for j in page.jobs
@@ -311,9 +312,9 @@ def jobs_page(
         pager += f'<a href="/jobs?{esc(urlencode({**keep, "before": page.older}))}" rel="next">older →</a>'
     pager += "</nav>"
     table = (
-        '<table class="grid"><thead><tr><th>id</th><th>state</th><th>group</th><th>function</th><th>key</th>'
+        '<table class="grid"><thead><tr><th>id</th><th>state</th><th>group</th><th>queue</th><th>function</th><th>key</th>'
         "<th>attempt</th><th>age</th><th>worker</th><th>progress</th><th>error</th></tr></thead>"
-        f"<tbody>{rows or '<tr><td colspan=10 class=muted>no job matches</td></tr>'}</tbody></table>"
+        f"<tbody>{rows or '<tr><td colspan=11 class=muted>no job matches</td></tr>'}</tbody></table>"
     )
     return _shell(view, "Jobs", "Jobs", form + f'<div id="jobs" data-live>{table}{pager}</div>')
 
