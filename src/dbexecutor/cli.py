@@ -48,7 +48,7 @@ from . import __version__, schema, serialization
 from .blobs import pickle_summary, short as _short, stored_traceback
 from .errors import ConfigurationError, DatabaseUnavailable, PayloadRejected, SchemaVersionError
 from .dialects import resolve
-from .durations import parse_duration
+from .durations import format_age, parse_duration
 from .records import JobFilter, StopRequest
 from .store import Store, masked_url
 
@@ -90,18 +90,7 @@ class _Failure(Exception):
 
 
 def _age(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, sec = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{sec:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    return f"{hours // 24}d{hours % 24:02d}h"
+    return format_age(seconds)
 
 
 def _when(ts: float | None) -> str:

@@ -15,7 +15,7 @@ from datetime import timedelta
 
 from .errors import ConfigurationError
 
-__all__ = ["DurationError", "parse_duration", "seconds", "Duration"]
+__all__ = ["DurationError", "parse_duration", "seconds", "Duration", "format_age"]
 
 #: What the API accepts wherever it takes a duration.
 Duration = float | int | str | timedelta
@@ -72,3 +72,19 @@ def seconds(value: Duration | None, name: str) -> float | None:
         f"{name} must be a number of seconds, a duration string ({_EXAMPLES}) or a timedelta, "
         f"not {type(value).__name__}"
     )
+
+
+def format_age(seconds: float | None) -> str:
+    """A duration in a few characters, for people: ``4.2s``, ``3m05s``, ``2h10m``, ``3d04h`` (``-`` for None)."""
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, sec = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{sec:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours}h{minutes:02d}m"
+    return f"{hours // 24}d{hours % 24:02d}h"

@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from .. import __version__, states
+from ..durations import format_age
 from ..records import ExecutorInfo, GroupInfo, JobGraph, JobPage, Overview
 from . import layout
 
@@ -53,18 +54,7 @@ def esc(value: Any) -> str:
 
 def ago(seconds: float | None) -> str:
     """A duration in a few characters: ``4.2s``, ``3m05s``, ``2h10m``, ``3d04h``."""
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, sec = divmod(int(seconds), 60)
-    if minutes < 60:
-        return f"{minutes}m{sec:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours}h{minutes:02d}m"
-    return f"{hours // 24}d{hours % 24:02d}h"
+    return format_age(seconds)
 
 
 def when(ts: float | None) -> str:
