@@ -17,6 +17,7 @@ from sqlalchemy import Column, Index, Integer, MetaData, String, Table, inspect,
 
 import jobs
 from dbexecutor import DependencyFailed, schema, serialization
+from dbexecutor.records import JobFilter
 from dbexecutor.store import Store
 from dbexecutor.store.migrations import V6_COLUMNS, V6_INDEXES
 
@@ -187,6 +188,45 @@ def test_a_version_5_database_gets_progress_stop_requests_and_paging_indexes(db)
         (row,) = db.jobs()
         assert (row.state, row.progress, row.terminate_requested) == ("done", None, None)
         assert upgraded.schema_version() == schema.SCHEMA_VERSION
+    finally:
+        upgraded.close()
+    assert db.executor().submit(jobs.add, 2, 2).result(timeout=T) == 4
+
+
+def test_a_version_6_database_gets_the_partial_state_index(db):
+    """Version 7 keeps in the state index only the states lists look for (where indexes can be partial)."""
+    ex = db.executor()
+    assert ex.submit(jobs.add, 1, 2).result(timeout=T) == 3
+    failed = ex.submit(jobs.fail, "no")
+    assert failed.exception(timeout=T) is not None
+    ex.shutdown()
+    store = db.store()
+    name = f"{db.prefix}ix_jobs_state"
+    try:
+        with store.engine.begin() as conn:
+            quote = conn.dialect.identifier_preparer.quote
+            table = quote(store.tables.jobs.name)
+            # Version 6's index: on every row.
+            conn.exec_driver_sql(f"DROP INDEX {quote(name)} ON {table}" if db.kind == "mariadb" else f"DROP INDEX {quote(name)}")
+            conn.exec_driver_sql(f"CREATE INDEX {quote(name)} ON {table} (state, id)")
+            meta = store.tables.meta
+            conn.execute(update(meta).where(meta.c.name == "schema_version").values(value="6"))
+    finally:
+        store.close()
+    upgraded = db.store()
+    try:
+        assert upgraded.schema_report is not None and upgraded.schema_report.upgraded_from == 6
+        assert upgraded.schema_version() == schema.SCHEMA_VERSION
+        with upgraded.engine.connect() as conn:
+            (index,) = [ix for ix in inspect(conn).get_indexes(upgraded.tables.jobs.name) if ix["name"] == name]
+        where = {k: v for k, v in index.get("dialect_options", {}).items() if k.endswith("_where") and v is not None}
+        assert index["column_names"] == ["state", "id"]
+        assert bool(where) == (db.kind != "mariadb"), index  # MariaDB has no partial indexes
+        if where:
+            spelled = str(next(iter(where.values())))
+            assert all(f"'{state}'" in spelled for state in schema.LISTED_STATES) and "'done'" not in spelled, spelled
+        page = upgraded.job_page(JobFilter(states=("failed",)))
+        assert [j.id for j in page.jobs] == [failed.job_id]
     finally:
         upgraded.close()
     assert db.executor().submit(jobs.add, 2, 2).result(timeout=T) == 4

@@ -64,6 +64,10 @@ class Driver:
     extra: ClassVar[str | None] = None
     #: ``CREATE INDEX ... WHERE`` works (else the ready index is a composite led by ``state``).
     supports_partial_indexes: ClassVar[bool] = True
+    #: A query reads a partial index only if its WHERE repeats the index's predicate
+    #: (SQLite's rule; PostgreSQL proves it from the values, and a redundant term
+    #: would only skew its row estimate).
+    repeats_index_predicate: ClassVar[bool] = False
     #: :meth:`notify` and :meth:`listen` reach other processes (PostgreSQL's LISTEN/NOTIFY).
     supports_notify: ClassVar[bool] = False
     #: ``UPDATE ... RETURNING``: a claim leases and reads its rows in one statement.

@@ -36,6 +36,8 @@ class _IdList(TypeDecorator[Any]):
 class SQLiteDriver(Driver):
     """SQLite through the standard library's ``sqlite3``: WAL, a busy timeout, ``BEGIN IMMEDIATE`` for writes."""
 
+    repeats_index_predicate = True
+
     label = "SQLite"
     explain_prefix = "EXPLAIN QUERY PLAN "
     single_writer = True

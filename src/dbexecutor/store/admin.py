@@ -101,6 +101,8 @@ def _filter_params(f: JobFilter) -> tuple[dict[str, bool], dict[str, Any]]:
     given = {name: value for name, value in given.items() if value is not None}
     params = {f"p_{name}": value for name, value in given.items()}
     flags = {name: True for name in given}
+    if f.states and set(f.states) <= set(schema.LISTED_STATES):
+        flags["listed"] = True
     if f.function is not None:
         flags["exact_function" if f.exact_function else "function"] = True
         params["p_function"] = f.function if f.exact_function else _like(f.function, contains=True)

@@ -101,8 +101,29 @@ def _v6(ctx: Context, conn: Connection) -> None:
             index.create(conn)
 
 
+def _v7(ctx: Context, conn: Connection) -> None:
+    """Version 7: the state index holds only ``schema.LISTED_STATES``, where indexes can be partial.
+
+    Executors of version 6 still running read the same rows through other
+    plans. (MySQL/MariaDB: no partial indexes; nothing changes.)
+    """
+    if not ctx.driver.supports_partial_indexes:
+        return
+    j = ctx.tables.jobs
+    name = f"{ctx.prefix}ix_jobs_state"
+    found = [ix for ix in inspect(conn).get_indexes(j.name) if ix["name"] == name]
+    if found and any(k.endswith("_where") and v is not None for k, v in found[0].get("dialect_options", {}).items()):
+        return  # partial already (created by this version's step 6)
+    if found:
+        stand_in = Table(j.name, MetaData(), Column("state", String(32)))
+        Index(name, stand_in.c.state).drop(conn)
+    for index in j.indexes:
+        if index.name == name:
+            index.create(conn)
+
+
 #: version -> the step that brings the tables of the version before it up to it.
-STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4, 5: _v5, 6: _v6}
+STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7}
 
 
 def ensure_schema(ctx: Context, conn: Connection) -> SchemaReport:

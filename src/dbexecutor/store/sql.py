@@ -777,7 +777,8 @@ class Statements:
     def _filtered(self, stmt: Select[Any], **given: bool) -> Select[Any]:
         """``stmt`` narrowed by the filters named True.
 
-        Their parameters: ``p_states`` (a list) or ``p_state``, ``p_queue``, ``p_group``, ``p_function``
+        Their parameters: ``p_states`` (a list) or ``p_state`` (with ``listed`` when every state
+        is one of ``schema.LISTED_STATES``), ``p_queue``, ``p_group``, ``p_function``
         (a LIKE pattern escaped with ``/``; with ``exact_function``, a name),
         ``p_key``, ``p_created_before``/``p_created_after`` (times),
         ``p_before``/``p_after`` (ids, for keyset paging).
@@ -786,6 +787,9 @@ class Statements:
         conditions: dict[str, Callable[[], Any]] = {
             "states": lambda: j.c.state.in_(_p("states", expanding=True)),
             "state": lambda: j.c.state == _p("state"),
+            # Repeats the partial state index's predicate (the states are all among
+            # them), where a database reads a partial index only when the query says so.
+            "listed": lambda: _states(j.c.state, schema.LISTED_STATES),
             "queue": lambda: j.c.queue == _p("queue"),
             "group": lambda: j.c.group_key == _p("group"),
             "function": lambda: j.c.fn_name.like(_p("function"), escape="/"),
@@ -799,6 +803,8 @@ class Statements:
         unknown = set(given) - set(conditions)
         if unknown:
             raise TypeError(f"unknown filters {sorted(unknown)}")
+        if not self.driver.repeats_index_predicate:
+            given = {**given, "listed": False}
         return stmt.where(*(conditions[name]() for name, on in given.items() if on))
 
     def list_jobs(self, *, after: bool = False, **given: bool) -> Select[Any]:
