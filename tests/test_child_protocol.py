@@ -235,6 +235,43 @@ def test_a_child_whose_parent_stops_reading_exits_quietly(tmp_path):
     assert "BrokenPipeError" not in proc.stderr, proc.stderr
 
 
+def test_jobs_sent_together_run_in_order_each_with_its_result(tmp_path):
+    """The parent hands a child the jobs of one tick in one ``Calls`` message: each runs, in order, and has its Result."""
+    script = tmp_path / "calls.py"
+    script.write_text(textwrap.dedent(
+        """
+        import multiprocessing, pickle
+        import jobs
+        from dbexecutor import serialization
+        from dbexecutor.messages import Call, Calls, ChildConfig, Ready, Result, Stop
+        from dbexecutor.pool import start_child
+
+        if __name__ == "__main__":
+            child = start_child(multiprocessing.get_context("forkserver"), ChildConfig(1.0, None, (), serialization.UNSIGNED))
+            assert isinstance(child.conn.recv(), Ready)
+            calls = [Call(i, 1, serialization.dump_payload(jobs.add, (i, 100), {}), {}) for i in range(1, 6)]
+            calls.append(Call(6, 2, serialization.dump_payload(jobs.fail, ("six",), {}), {}))
+            child.conn.send(Calls(tuple(calls)))
+            got = []
+            while len(got) < 6:
+                msg = child.conn.recv()
+                if isinstance(msg, Result):
+                    got.append(msg)
+            print("IDS", [(r.job_id, r.attempt, r.ok) for r in got], flush=True)
+            print("VALUES", [serialization.load_result(r.blob, r.job_id, serialization.UNSIGNED) for r in got[:5]], flush=True)
+            child.conn.send(Stop())
+            child.process.join(30)
+            print("EXIT", child.process.exitcode, flush=True)
+        """
+    ))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90, env=cli_env())
+    assert "IDS [(1, 1, True), (2, 1, True), (3, 1, True), (4, 1, True), (5, 1, True), (6, 2, False)]" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
+    assert "VALUES [101, 102, 103, 104, 105]" in proc.stdout, proc.stdout + proc.stderr
+    assert "EXIT 0" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_stop_message_ends_an_idle_child(tmp_path):
     script = tmp_path / "stop.py"
     script.write_text(textwrap.dedent(

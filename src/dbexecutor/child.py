@@ -39,7 +39,7 @@ import psutil
 
 from . import progress, serialization, transactions
 from .errors import CannotRunHere
-from .messages import Beat, Call, ChildConfig, InitFailed, Progress, Ready, Result, Stop, FromChild
+from .messages import Beat, Call, Calls, ChildConfig, InitFailed, Progress, Ready, Result, Stop, FromChild
 
 __all__ = ["child_main", "run_chunk"]
 
@@ -96,9 +96,13 @@ class _Link(threading.Thread):
     def run(self) -> None:
         while True:
             try:
-                msg: Call | Stop = self._conn.recv()
+                msg: Call | Calls | Stop = self._conn.recv()
             except (EOFError, OSError):
                 _die_with_parent()
+            if isinstance(msg, Calls):
+                for call in msg.calls:
+                    self._inbox.put(call)
+                continue
             self._inbox.put(msg)
             if isinstance(msg, Stop):
                 return

@@ -7,6 +7,7 @@
     start_child(ChildConfig) ──────────────────────────────► initializer
                              ◄─────────── Ready | InitFailed
     Call(job_id, attempt, payload, inputs) ────────────────► main thread: run it
+      or Calls([Call, ...]): the jobs of one tick, queued in order
                              ◄──────────── Beat(job_id, attempt)   heartbeat thread,
                                                                    while the job runs
                              ◄──────────── Progress(...)           what the job reported
@@ -67,6 +68,12 @@ class Call(NamedTuple):
     attempt: int
     payload: bytes
     inputs: dict[int, bytes]
+
+
+class Calls(NamedTuple):
+    """Several jobs for one child at once, run in this order (one message per tick instead of one per job)."""
+
+    calls: tuple[Call, ...]
 
 
 class Stop(NamedTuple):
@@ -131,5 +138,5 @@ class Result(NamedTuple):
     finalized: bool = False
 
 
-ToChild = Union[Call, Stop]
+ToChild = Union[Call, Calls, Stop]
 FromChild = Union[Ready, InitFailed, Beat, Progress, Result]

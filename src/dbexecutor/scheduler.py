@@ -633,7 +633,7 @@ class Scheduler:
         inputs = self._inputs(self._claimed)
         for job in self._claimed:
             self._registry.mark_running(job.job_id)
-            self._supervisor.dispatch(job, inputs[job.job_id])
+        self._supervisor.dispatch([(job, inputs[job.job_id]) for job in self._claimed])
         self._claimed = []
 
     def _inputs(self, claimed: Sequence[Claimed]) -> dict[int, dict[int, bytes]]:

@@ -26,12 +26,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
 from multiprocessing.connection import wait as mp_wait
 from typing import TYPE_CHECKING, Any, Callable
 
 from . import serialization
 from .errors import JobTimeoutError, WorkerDied
-from .messages import Beat, Call, ChildConfig, DatabaseAddress, InitFailed, Progress, Ready, Result, Stop
+from .messages import Beat, Call, Calls, ChildConfig, DatabaseAddress, InitFailed, Progress, Ready, Result, Stop
 from .pace import Pace
 from .pool import Assignment, Child, describe_exit, kill_trees, start_child
 from .records import Claimed, Report
@@ -286,23 +287,27 @@ class Supervisor:
     def _depth(self, c: Child | None) -> int:
         return self._pace.depth(c.tasks if c is not None else 0, self.s.max_tasks_per_child)
 
-    def dispatch(self, job: Claimed, inputs: dict[int, bytes]) -> None:
-        """Hand a claimed job, with the upstream results it takes, to a child."""
-        c = self._pick()
-        c.queue.append(Assignment(
-            job.job_id,
-            job.attempt,
-            job.timeout if job.timeout is not None else self.s.timeout,
-            job.retry_delay if job.retry_delay is not None else self.s.retry_delay,
-            job.fn_name,
-        ))
-        if len(c.queue) == 1:
-            c.head_started()
-        log.debug("job %d (%s) attempt %d -> child %d", job.job_id, job.fn_name, job.attempt, c.pid)
-        try:
-            c.conn.send(Call(job.job_id, job.attempt, job.payload, inputs))
-        except OSError:
-            pass  # the child is dead: its sentinel fires next tick and the job is reported there
+    def dispatch(self, jobs: Sequence[tuple[Claimed, dict[int, bytes]]]) -> None:
+        """Hand claimed jobs, each with the upstream results it takes, to children: one message per child."""
+        calls: dict[Child, list[Call]] = {}
+        for job, inputs in jobs:
+            c = self._pick()
+            c.queue.append(Assignment(
+                job.job_id,
+                job.attempt,
+                job.timeout if job.timeout is not None else self.s.timeout,
+                job.retry_delay if job.retry_delay is not None else self.s.retry_delay,
+                job.fn_name,
+            ))
+            if len(c.queue) == 1:
+                c.head_started()
+            log.debug("job %d (%s) attempt %d -> child %d", job.job_id, job.fn_name, job.attempt, c.pid)
+            calls.setdefault(c, []).append(Call(job.job_id, job.attempt, job.payload, inputs))
+        for c, batch in calls.items():
+            try:
+                c.conn.send(batch[0] if len(batch) == 1 else Calls(tuple(batch)))
+            except OSError:
+                pass  # the child is dead: its sentinel fires next tick and its jobs are reported there
 
     def _pick(self) -> Child:
         """An idle child, else a new one (up to max_workers), else the least loaded with room."""
