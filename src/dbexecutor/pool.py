@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
+import select
 import signal
+import struct
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -29,7 +32,7 @@ from .child import child_main
 from .messages import ChildConfig
 
 __all__ = [
-    "Assignment", "Child", "start_child", "kill_trees", "describe_exit", "default_context", "default_workers",
+    "Assignment", "Child", "Inbox", "start_child", "kill_trees", "describe_exit", "default_context", "default_workers",
 ]
 
 _GONE_POLL = 0.01  # seconds between looks while a killed tree exits
@@ -63,6 +66,68 @@ class Assignment:
         return (self.job_id, self.attempt)
 
 
+class Inbox:
+    """The parent's reader of a child's pipe: every whole message that has arrived, for one system call.
+
+    ``Connection.recv`` costs a poll and two reads per message; short jobs
+    prefetched many to a child answer with many small messages. This reads
+    what the pipe holds and cuts it into messages itself, in the framing of
+    ``multiprocessing.connection`` (a 4-byte big-endian length, or -1 and an
+    8-byte one; then the pickle), so the child sends with ``Connection.send``
+    unchanged. Only this object may read the pipe: a partial message waits
+    here for the rest.
+    """
+
+    _CHUNK = 1 << 16
+
+    def __init__(self, conn: Connection) -> None:
+        self._fd = conn.fileno()
+        self._buf = bytearray()
+        self._poll = select.poll()
+        self._poll.register(self._fd, select.POLLIN)
+
+    def read(self) -> list[Any]:
+        """The messages that have arrived whole; [] if none. Raises EOFError once the child's end is closed.
+
+        A message that has begun to arrive is read to its end, waiting for
+        the rest as ``Connection.recv`` does (its sender is writing it).
+        """
+        if not self._poll.poll(0):
+            return []
+        out: list[Any] = []
+        want = self._CHUNK
+        while want > 0:
+            data = os.read(self._fd, want)
+            if not data:
+                if out:  # deliver what came whole first; the end of file is seen at the next read
+                    return out
+                raise EOFError("the child closed its pipe")
+            self._buf += data
+            want = self._parse(out)
+        return out
+
+    def _parse(self, out: list[Any]) -> int:
+        """Move the whole messages in the buffer to ``out``; the bytes a partial one still lacks (0: none)."""
+        buf, at = self._buf, 0
+        missing = 0
+        while len(buf) - at >= 4:
+            size, head = struct.unpack_from("!i", buf, at)[0], 4
+            if size == -1:  # a message of 2 GiB or more
+                if len(buf) - at < 12:
+                    missing = 12 - (len(buf) - at)
+                    break
+                size, head = struct.unpack_from("!Q", buf, at + 4)[0], 12
+            if len(buf) - at - head < size:
+                missing = size - (len(buf) - at - head)
+                break
+            out.append(pickle.loads(buf[at + head : at + head + size]))
+            at += head + size
+        else:
+            missing = 4 - (len(buf) - at) if len(buf) > at else 0
+        del buf[:at]
+        return missing
+
+
 @dataclass(eq=False)
 class Child:
     """One child process and the jobs it has been handed (the first one is running, once it is ready)."""
@@ -77,6 +142,10 @@ class Child:
     ready: bool = False  # started, initializer done: it runs (and beats for) the head of its queue
     heard: float = field(default_factory=time.monotonic)  # monotonic time of its last message
     beat: tuple[int, int] | None = None  # the attempt its last beat was for
+    inbox: Inbox = field(init=False)  # the only reader of ``conn``
+
+    def __post_init__(self) -> None:
+        self.inbox = Inbox(self.conn)
 
     @property
     def pid(self) -> int:

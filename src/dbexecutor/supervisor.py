@@ -130,15 +130,14 @@ class Supervisor:
             self.handle(set(mp_wait(conns, 0)))
 
     def _receive(self, c: Child) -> None:
-        while True:
-            try:
-                if not c.conn.poll():
-                    return
-                msg = c.conn.recv()
-            except (EOFError, OSError):
-                self._died(c)
-                return
+        try:
+            messages = c.inbox.read()
+        except (EOFError, OSError):
+            self._died(c)
+            return
+        if messages:
             c.heard = time.monotonic()
+        for msg in messages:
             if isinstance(msg, Beat):
                 self._beat(c, msg)
             elif isinstance(msg, Progress):
