@@ -51,7 +51,7 @@ from .future import JobFuture
 from .pace import Pace
 from .registry import Registry
 from .records import Claimed, Final, Finished, JobProgress, NewJob, Registration, Report, Submitted
-from .states import DEFAULT_QUEUE
+from .states import DEFAULT_QUEUE, DONE
 from .stats import SchedulerStats
 from .store import Store
 from .store.sql import Scope
@@ -173,6 +173,9 @@ class Scheduler:
         self._reports: list[Report] = []  # outcomes from the children
         self._releases: list[tuple[int, int]] = []  # held jobs no child will start
         self._claimed: list[Claimed] = []  # claimed, not yet handed to a child
+        # The results the last commit recorded, by job id: a dependent it claimed
+        # takes them from here (a chain's next link), not from another read.
+        self._fresh: dict[int, bytes] = {}
         self._lost: set[tuple[int, int]] = set()  # leases already reported lost
         self._next_renew = self._next_poll = self._next_reclaim = self._next_retention = 0.0
         self._next_rescue = self._next_forget = 0.0
@@ -556,6 +559,7 @@ class Scheduler:
             raise
         self.stats.ended(self._reports)
         self.stats.started(len(claimed))
+        self._fresh = {f.job_id: f.result for f in done.finals if f.state == DONE and f.result is not None}
         self._reports = []
         self._claimed += claimed
         self._queue.stored(items, inserted)
@@ -634,12 +638,15 @@ class Scheduler:
         for job in self._claimed:
             self._registry.mark_running(job.job_id)
         self._supervisor.dispatch([(job, inputs[job.job_id]) for job in self._claimed])
-        self._claimed = []
+        self._claimed, self._fresh = [], {}
 
     def _inputs(self, claimed: Sequence[Claimed]) -> dict[int, dict[int, bytes]]:
         """The stored results each job takes, by job id (read once for all; passed on still signed)."""
-        wanted = sorted({ref for job in claimed if job.refs for ref in job.refs})
-        results = self.store.results(wanted) if wanted else {}
+        wanted = {ref for job in claimed if job.refs for ref in job.refs}
+        results = {ref: self._fresh[ref] for ref in wanted if ref in self._fresh}
+        missing = sorted(wanted - set(results))
+        if missing:
+            results.update(self.store.results(missing))
         # Rows written before schema 3 did not record which upstreams they
         # take: they get every done upstream's result.
         unrecorded = [job.job_id for job in claimed if job.refs is None]
