@@ -544,9 +544,11 @@ def _latency_row(kind: str, metric: str, ours: list[float], base: dict[str, list
     return rows
 
 
-def _runner_main(url: str, prefix: str, workers: int, ready: Any, stop: Any) -> None:
+def _runner_main(url: str, prefix: str, workers: int, queue: str, ready: Any, stop: Any) -> None:
     """The executing side of the cross-process latency: a DBExecutor that submits nothing and runs what it finds."""
-    ex = DBExecutor(url, workers, prefix=prefix)
+    # It serves the submitter's queue: a spawned process has no program of its own to
+    # name one after, and on its own would serve only "default".
+    ex = DBExecutor(url, workers, prefix=prefix, queues=(queue, "default"))
     ready.set()
     stop.wait(600)
     ex.shutdown(wait=True)
@@ -565,12 +567,16 @@ def _cross_process(kind: str, workers: int, samples: int, spacing: float) -> lis
             blocker = ex.submit(jobs.wait_for_file, release, 600.0)
             while not blocker.running():
                 time.sleep(0.01)
-            runner = ctx.Process(target=_runner_main, args=(url, prefix, workers, ready, stop), name="bench-runner")
+            runner = ctx.Process(
+                target=_runner_main, args=(url, prefix, workers, ex.queue, ready, stop), name="bench-runner"
+            )
             runner.start()
             if not ready.wait(60):
                 raise RuntimeError("the runner process did not start")
             warmup = [ex.submit(jobs.stamp) for _ in range(workers)]  # the runner's children start on these
-            wait(warmup)
+            done, _ = wait(warmup, timeout=60)
+            if len(done) < len(warmup):  # else every sample would wait for the blocker, not time a pickup
+                raise RuntimeError("the runner process does not run the submitted jobs")
             out = []
             rng = random.Random(1)
             for _ in range(samples):
