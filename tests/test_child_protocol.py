@@ -315,3 +315,34 @@ def test_stop_message_ends_an_idle_child(tmp_path):
     proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90, env=cli_env())
     assert "EXIT 0" in proc.stdout, proc.stdout + proc.stderr
     assert proc.stderr == "", proc.stderr
+
+
+def test_the_parents_inbox_reads_what_connection_send_wrote():
+    """``pool.Inbox`` cuts the pipe's bytes into the messages ``Connection.send`` framed: many small, one large, then EOF."""
+    import multiprocessing
+    import select
+    import threading
+
+    from dbexecutor.pool import Inbox
+
+    ours, theirs = multiprocessing.Pipe()
+    inbox = Inbox(ours)
+    sent = [("beat", i) for i in range(1000)] + [b"r" * 3_000_000, ("after", 1)]
+
+    def send() -> None:
+        for msg in sent:
+            theirs.send(msg)
+        theirs.close()
+
+    sender = threading.Thread(target=send)
+    sender.start()
+    got: list = inbox.read()  # whatever has arrived so far; never waits for more
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        select.select([ours], [], [], 1.0)
+        try:
+            got += inbox.read()
+        except EOFError:
+            break
+    sender.join(10)
+    assert got == sent
