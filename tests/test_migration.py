@@ -25,14 +25,25 @@ T = 60
 _NEW_COLUMNS = ("arg_refs", "failed_upstream", "retry_delay")
 
 
+def _drop_index(conn: Any, kind: str, name: str, table: str) -> None:
+    """``DROP INDEX``: MySQL names the table in it; the others do not take it."""
+    quote = conn.dialect.identifier_preparer.quote
+    on = f" ON {quote(table)}" if kind == "mariadb" else ""
+    conn.exec_driver_sql(f"DROP INDEX {quote(name)}{on}")
+
+
+def _set_version(conn: Any, store: Any, version: int) -> None:
+    """Say the tables are of schema ``version``."""
+    meta = store.tables.meta
+    conn.execute(update(meta).where(meta.c.name == "schema_version").values(value=str(version)))
+
+
 def _drop_v6(conn: Any, store: Any, kind: str) -> None:
     """Remove what version 6 added to ``jobs``: its indexes, then its columns."""
     quote = conn.dialect.identifier_preparer.quote
     table = quote(store.tables.jobs.name)
     for name in V6_INDEXES:
-        index = quote(f"{store.prefix}{name}")
-        # MySQL names the table in DROP INDEX; the others do not take it.
-        conn.exec_driver_sql(f"DROP INDEX {index} ON {table}" if kind == "mariadb" else f"DROP INDEX {index}")
+        _drop_index(conn, kind, f"{store.prefix}{name}", store.tables.jobs.name)
     for name in V6_COLUMNS:
         conn.exec_driver_sql(f"ALTER TABLE {table} DROP COLUMN {quote(name)}")
 
@@ -172,8 +183,7 @@ def test_a_version_5_database_gets_progress_stop_requests_and_paging_indexes(db)
     try:
         with store.engine.begin() as conn:
             _drop_v6(conn, store, db.kind)
-            meta = store.tables.meta
-            conn.execute(update(meta).where(meta.c.name == "schema_version").values(value="5"))
+            _set_version(conn, store, 5)
     finally:
         store.close()
     upgraded = db.store()
@@ -205,12 +215,10 @@ def test_a_version_6_database_gets_the_partial_state_index(db):
     try:
         with store.engine.begin() as conn:
             quote = conn.dialect.identifier_preparer.quote
-            table = quote(store.tables.jobs.name)
+            _drop_index(conn, db.kind, name, store.tables.jobs.name)
             # Version 6's index: on every row.
-            conn.exec_driver_sql(f"DROP INDEX {quote(name)} ON {table}" if db.kind == "mariadb" else f"DROP INDEX {quote(name)}")
-            conn.exec_driver_sql(f"CREATE INDEX {quote(name)} ON {table} (state, id)")
-            meta = store.tables.meta
-            conn.execute(update(meta).where(meta.c.name == "schema_version").values(value="6"))
+            conn.exec_driver_sql(f"CREATE INDEX {quote(name)} ON {quote(store.tables.jobs.name)} (state, id)")
+            _set_version(conn, store, 6)
     finally:
         store.close()
     upgraded = db.store()
