@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from sqlalchemy import insert, select, text
 
 from dbexecutor import schema
+from dbexecutor.store.sql import Scope
 
 
 def test_claim_uses_the_ready_index(db):
@@ -36,7 +38,7 @@ def test_claim_uses_the_ready_index(db):
         conn.execute(text({"sqlite": "ANALYZE", "postgresql": f"ANALYZE {j.name}"}.get(db.kind, f"ANALYZE TABLE {j.name}")))
         conn.commit()
     plans = store.explain_claim()
-    index = f"{db.prefix}ix_jobs_ready"
+    index = f"{db.prefix}ix_jobs_ready_g"
     claim, groups, lease = ("\n".join(plans[k]) for k in ("claim", "groups", "lease"))
     assert index in claim, claim
     if db.kind == "sqlite":
@@ -55,6 +57,50 @@ def test_claim_uses_the_ready_index(db):
                 assert cells[4] != "ALL" and cells[6] != "None" and "filesort" not in line, line
     claimed = store.claim("plan-test", 8, 30.0, time.time())
     assert len(claimed) == 8
+    store.close()
+
+
+@pytest.mark.parametrize("queues", [None, ("default", "other")], ids=["every-queue", "two-queues"])
+def test_claim_reads_a_groups_best_ready_rows_in_index_order_without_statistics(db, queues):
+    """A worker serving every queue, or an executor serving two, reads the few rows it leases.
+
+    With the ready index led by the queue (schema 5 to 7), a claim serving
+    every queue could not search it: SQLite and MariaDB read the group's rows
+    of every state through ix_jobs_group, so each claim cost time in
+    proportion to every job ever finished, and a claim serving two queues
+    sorted its whole backlog. No statistics here (a young table, or
+    autovacuum off): the plan must not depend on them.
+    """
+    store = db.store()
+    j = store.tables.jobs
+    now = time.time()
+    rows = [
+        {"state": state, "fn_name": "f", "payload": b"x", "created_at": now, "queue": queue}
+        for state, n in ((schema.DONE, 4000), (schema.READY, 600))
+        for queue in ("default", "other", "third")
+        for _ in range(n // 3)
+    ]
+    with store.engine.begin() as conn:
+        conn.execute(insert(j), rows)
+    plans = store.explain_claim(scope=Scope(queues))
+    index = f"{db.prefix}ix_jobs_ready_g"
+    groups, claim = "\n".join(plans["groups"]), "\n".join(plans["claim"])
+    assert index in groups and index in claim, (groups, claim)
+    assert f"{db.prefix}ix_jobs_group" not in groups + claim, (groups, claim)
+    if db.kind == "sqlite":
+        assert "TEMP B-TREE" not in claim and f"SCAN {j.name}" not in groups + claim, (groups, claim)
+    elif db.kind == "postgresql":
+        # The groups' probe stops at each group's first ready row: no hash of every ready row.
+        assert "Sort" not in claim and "Seq Scan on " + j.name not in groups + claim, (groups, claim)
+        assert "HashAggregate" not in groups and "Hash Semi Join" not in groups, groups
+    else:
+        for line in plans["claim"] + plans["groups"]:
+            cells = [c.strip() for c in line.split("|")]
+            if cells[2] == j.name:
+                assert index in cells[5:7] and "filesort" not in line, line  # the key chosen
+    claimed = store.claim("plan-test", 8, 30.0, time.time(), scope=Scope(queues))
+    assert len(claimed) == 8
+    assert {row.queue for row in db.jobs() if row.id in {c.job_id for c in claimed}} <= set(queues or ("default", "other", "third"))
     store.close()
 
 

@@ -53,8 +53,8 @@ def _downgrade_to_v2(db: Any) -> None:
     store = db.store()
     try:
         j = store.tables.jobs
-        (ready_q,) = [ix for ix in j.indexes if ix.name.endswith("ix_jobs_ready_q")]
-        ready_q.drop(store.engine)  # version 5's index, led by the queue
+        (ready,) = [ix for ix in j.indexes if ix.name.endswith("ix_jobs_ready_g")]
+        ready.drop(store.engine)  # version 8's ready index
         with store.engine.begin() as conn:
             quote = conn.dialect.identifier_preparer.quote
             _drop_v6(conn, store, db.kind)
@@ -140,7 +140,8 @@ def test_a_version_2_database_is_upgraded_and_its_jobs_run(db):
         with upgraded.engine.connect() as conn:
             assert inspect(conn).has_table(upgraded.tables.executors.name)
             indexes = {ix["name"] for ix in inspect(conn).get_indexes(j.name)}
-        assert f"{db.prefix}ix_jobs_ready_q" in indexes and f"{db.prefix}ix_jobs_ready" not in indexes
+        assert f"{db.prefix}ix_jobs_ready_g" in indexes
+        assert not {f"{db.prefix}ix_jobs_ready", f"{db.prefix}ix_jobs_ready_q"} & indexes
         assert db.row(consumer).queue == "default"
         assert db.row(victim).failed_upstream == failed  # read from the error text, once
         assert db.row(consumer).arg_refs is None  # not recorded: its executor passes every upstream result
@@ -235,6 +236,41 @@ def test_a_version_6_database_gets_the_partial_state_index(db):
             assert all(f"'{state}'" in spelled for state in schema.LISTED_STATES) and "'done'" not in spelled, spelled
         page = upgraded.job_page(JobFilter(states=("failed",)))
         assert [j.id for j in page.jobs] == [failed.job_id]
+    finally:
+        upgraded.close()
+    assert db.executor().submit(jobs.add, 2, 2).result(timeout=T) == 4
+
+
+def test_a_version_7_database_gets_the_ready_index_in_the_claims_order(db):
+    """Version 8 replaces the ready index led by the queue with one in the claim's order (group, priority, age, queue)."""
+    ex = db.executor()
+    assert ex.submit(jobs.add, 1, 2).result(timeout=T) == 3
+    ex.shutdown()
+    store = db.store()
+    j = store.tables.jobs
+    new, old = f"{db.prefix}ix_jobs_ready_g", f"{db.prefix}ix_jobs_ready_q"
+    try:
+        with store.engine.begin() as conn:
+            quote = conn.dialect.identifier_preparer.quote
+            _drop_index(conn, db.kind, new, j.name)
+            # Version 7's index, led by the queue (partial where the database can).
+            if db.kind == "mariadb":
+                columns, where = "state, queue, group_key, priority DESC, id", ""
+            else:
+                columns, where = "queue, group_key, priority DESC, id", " WHERE state = 'ready'"
+            conn.exec_driver_sql(f"CREATE INDEX {quote(old)} ON {quote(j.name)} ({columns}){where}")
+            _set_version(conn, store, 7)
+    finally:
+        store.close()
+    upgraded = db.store()
+    try:
+        assert upgraded.schema_report is not None and upgraded.schema_report.upgraded_from == 7
+        assert upgraded.schema_version() == schema.SCHEMA_VERSION
+        with upgraded.engine.connect() as conn:
+            found = {ix["name"]: ix for ix in inspect(conn).get_indexes(j.name)}
+        assert old not in found
+        expected = ["group_key", "priority", "id", "queue"]
+        assert found[new]["column_names"] == (["state", *expected] if db.kind == "mariadb" else expected), found[new]
     finally:
         upgraded.close()
     assert db.executor().submit(jobs.add, 2, 2).result(timeout=T) == 4

@@ -45,9 +45,10 @@ from .dialects.types import JOBS_OPTIONS, TABLE_OPTIONS, Blob, Id, LongText, par
 #: ``executors.queues``, the ready index led by the queue); version 6 a job's
 #: progress, the request to terminate it while it runs, and the indexes
 #: operators' lists page by; version 7 makes the state index partial where
-#: the database can (``LISTED_STATES``). ``dbexecutor.store.migrations`` upgrades tables
-#: of version 2 and later in place when it opens them.
-SCHEMA_VERSION = 7
+#: the database can (``LISTED_STATES``); version 8 orders the ready index as the
+#: claim reads it (group, priority, age, queue). ``dbexecutor.store.migrations``
+#: upgrades tables of version 2 and later in place when it opens them.
+SCHEMA_VERSION = 8
 
 # The states live in their own module (no database code) and are re-exported here.
 from .states import (  # noqa: E402
@@ -161,20 +162,19 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         UniqueConstraint("job_key", name=f"{prefix}uq_jobs_key"),
         **JOBS_OPTIONS,
     )
-    # The claim asks each group, in each queue it serves, for its best ready
-    # rows: (queue, group, priority, age). (Version 4 and earlier had
-    # ix_jobs_ready, without the queue; the upgrade to 5 replaces it.)
+    # The claim reads a group's ready rows best first (priority, then age),
+    # keeping those of the queues it serves: (group, priority, age, queue),
+    # in the claim's own order, so it reads the few rows it leases and sorts
+    # nothing, whether it serves every queue (a worker, attach()) or a list.
+    # Versions 5 to 7 led it by the queue (ix_jobs_ready_q): an executor
+    # serving every queue could not search it, and one serving two queues
+    # sorted its whole backlog at each claim. (Version 4 and earlier had
+    # ix_jobs_ready; the upgrades replace both.)
+    ready_columns = (jobs.c.group_key, jobs.c.priority.desc(), jobs.c.id, jobs.c.queue)
     if partial_indexes:
-        Index(
-            f"{prefix}ix_jobs_ready_q",
-            jobs.c.queue,
-            jobs.c.group_key,
-            jobs.c.priority.desc(),
-            jobs.c.id,
-            **partial(text("state = 'ready'")),
-        )
+        Index(f"{prefix}ix_jobs_ready_g", *ready_columns, **partial(text("state = 'ready'")))
     else:
-        Index(f"{prefix}ix_jobs_ready_q", jobs.c.state, jobs.c.queue, jobs.c.group_key, jobs.c.priority.desc(), jobs.c.id)
+        Index(f"{prefix}ix_jobs_ready_g", jobs.c.state, *ready_columns)
     # Reclaim looks for expired leases among leased/running rows. Partial where
     # possible, so that no planner prefers it over the ready index for a claim.
     active = text("state IN ('leased', 'running')")

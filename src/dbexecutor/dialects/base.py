@@ -161,8 +161,8 @@ class Driver:
         """``column`` is one of the ids bound to the parameter ``name`` (a list of ints at execution)."""
         return cast(ColumnElement[bool], column.in_(bindparam(name, expanding=True)))
 
-    def paged(self, stmt: Select[Any], table: Table, index: str) -> Select[Any]:
-        """``stmt``, a page by id within one value of ``index``'s first column, read along that index (as planned, by default)."""
+    def along_index(self, stmt: Select[Any], table: Table, index: str) -> Select[Any]:
+        """``stmt`` reading ``table`` along ``index``: as planned by default; told so where the planner chose worse."""
         return stmt
 
     def bucket(self, offset: Any, width: Any) -> ColumnElement[Any]:

@@ -67,11 +67,13 @@ class MySQLDriver(Driver):
             self.max_payload = max(1, packet - (64 << 10))  # room for the rest of the row and the statement
             self.packet_bytes = min(PACKET_BYTES, packet // 4)
 
-    def paged(self, stmt: Select[Any], table: Table, index: str) -> Select[Any]:
+    def along_index(self, stmt: Select[Any], table: Table, index: str) -> Select[Any]:
         # Given "state = 'done' AND id < :before ORDER BY id DESC LIMIT n", MariaDB
         # picks a ref lookup on (state, id) and walks every newer row of the state
         # before the first one below :before (seconds, a million rows in); the
-        # range it then reads is a few pages of the index.
+        # range it then reads is a few pages of the index. Given a group's best
+        # ready row, without fresh statistics it read the group's rows of every
+        # state (ix_jobs_group) and sorted them.
         quote = self._quote
         return stmt.with_hint(table, f"FORCE INDEX ({quote(index)})")
 

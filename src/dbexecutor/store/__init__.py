@@ -424,15 +424,15 @@ class Store:
         ctx.backlog = limit > 0 and len(claimed) >= limit
         return inserted, done, claimed
 
-    def explain_claim(self, limit: int = 4) -> dict[str, list[str]]:
+    def explain_claim(self, limit: int = 4, scope: Scope = DEFAULT_SCOPE) -> dict[str, list[str]]:
         """The database's plans for the claim's statements, one line per plan row (for tests and tuning).
 
         ``groups``: which groups have runnable work; ``claim``: one group's best
         rows; ``lease``: the UPDATE that leases them (explained, not run).
+        ``scope``: the queues the claiming executor serves.
         """
         now = time.time()
         sql = self.ctx.sql
-        scope = DEFAULT_SCOPE
         params = {
             "p_group": schema.DEFAULT_GROUP, "p_now": now, "p_owner": "explain", "p_expires": now, "p_limit": limit,
             **scope.params(),

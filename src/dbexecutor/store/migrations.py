@@ -80,9 +80,7 @@ def _v5(ctx: Context, conn: Connection) -> None:
         # index): SQLAlchemy spells DROP INDEX for each database.
         stand_in = Table(j.name, MetaData(), Column("group_key", String(255)))
         Index(old, stand_in.c.group_key).drop(conn)
-    for index in j.indexes:
-        if index.name == f"{ctx.prefix}ix_jobs_ready_q" and index.name not in have:
-            index.create(conn)
+    # Version 5's index, led by the queue, is version 8's business: it replaces it.
 
 
 #: The columns and indexes version 6 added to ``jobs``.
@@ -122,8 +120,25 @@ def _v7(ctx: Context, conn: Connection) -> None:
             index.create(conn)
 
 
+def _v8(ctx: Context, conn: Connection) -> None:
+    """Version 8: the ready index in the claim's order, (group, priority, age, queue), instead of led by the queue.
+
+    Executors of version 7 still running claim through the new index too
+    (their statements name no index, except MySQL's, which do not name this one).
+    """
+    j = ctx.tables.jobs
+    have = {ix["name"] for ix in inspect(conn).get_indexes(j.name)}
+    old = f"{ctx.prefix}ix_jobs_ready_q"
+    for index in j.indexes:
+        if index.name == f"{ctx.prefix}ix_jobs_ready_g" and index.name not in have:
+            index.create(conn)  # first: claims meanwhile never go without a ready index
+    if old in have:
+        stand_in = Table(j.name, MetaData(), Column("queue", String(255)))
+        Index(old, stand_in.c.queue).drop(conn)
+
+
 #: version -> the step that brings the tables of the version before it up to it.
-STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7}
+STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8}
 
 
 def ensure_schema(ctx: Context, conn: Connection) -> SchemaReport:

@@ -270,8 +270,21 @@ class Statements:
         g, j = self.tables.groups, self.tables.jobs
 
         def build() -> Select[Any]:
-            has_work = exists().where(j.c.group_key == g.c.name, self.runnable(_p("now"), scope))
-            return select(g.c.name, g.c.weight, g.c.max_running, g.c.vtime).where(has_work).order_by(g.c.name)
+            # The group's best runnable row, in the ready index's order: every
+            # planner then reads that index and stops at the first row. As an
+            # EXISTS, PostgreSQL hashed every ready row into a semi-join and
+            # SQLite and MariaDB, without fresh statistics, read the group's
+            # rows of every state (ix_jobs_group): costs that grew with the backlog
+            # or with every job ever finished.
+            first = self._along_ready_index(
+                select(j.c.id)
+                .where(j.c.group_key == g.c.name, self.runnable(_p("now"), scope))
+                .order_by(j.c.priority.desc(), j.c.id)
+                .limit(1)
+            ).scalar_subquery()
+            return (
+                select(g.c.name, g.c.weight, g.c.max_running, g.c.vtime).where(first.is_not(None)).order_by(g.c.name)
+            )
 
         return self._variant("runnable_groups", scope, build)  # type: ignore[no-any-return]
 
@@ -316,7 +329,7 @@ class Statements:
             "pick",
             scope,
             lambda: self.driver.for_claim(
-                select(*self._claimed_columns(j))
+                self._along_ready_index(select(*self._claimed_columns(j)))
                 .where(j.c.group_key == _p("group"), self.runnable(_p("now"), scope))
                 .order_by(j.c.priority.desc(), j.c.id)
                 # A parameter, not a constant: the number of free slots changes
@@ -324,6 +337,11 @@ class Statements:
                 .limit(_p("limit", type_=Integer))
             ),
         )
+
+    def _along_ready_index(self, stmt: Select[Any]) -> Select[Any]:
+        """A read of ready rows in the claim's order (group, priority, age), along the ready index."""
+        j = self.tables.jobs
+        return self.driver.along_index(stmt, j, f"{j.name[: -len('jobs')]}ix_jobs_ready_g")
 
     @staticmethod
     def _claimed_columns(j: Any) -> tuple[Any, ...]:
@@ -822,7 +840,7 @@ class Statements:
         if (after or given.get("before")) and len(leading) == 1 and not any(given.get(n) for n in ("states", "function")):
             column = {"state": "state", "group": "group", "exact_function": "function"}[leading[0]]
             prefix = j.name[: -len("jobs")]  # the table prefix, as the index names carry it
-            paged = self.driver.paged(paged, j, f"{prefix}ix_jobs_{column}")
+            paged = self.driver.along_index(paged, j, f"{prefix}ix_jobs_{column}")
         return paged
 
     def matching_ids(self, **given: bool) -> Select[Any]:
