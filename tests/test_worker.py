@@ -133,3 +133,25 @@ def test_a_lost_lease_is_not_released(db, tmp_path):
         assert db.row(job_id).state == "ready"
     finally:
         store.close()
+
+
+def test_a_worker_starts_its_children_before_any_job(db, tmp_path):
+    """A worker exists to run jobs: its children start with it, while it connects and claims, not at the first job."""
+    log = str(tmp_path / "worker.log")
+    proc = start_worker(db, log, "--max-workers", "2", "--grace", "5")
+    try:
+        wait_for_log(log, "serving", proc)
+        end = time.monotonic() + 30
+        while read(log).count("started child") < 2:
+            assert time.monotonic() < end, read(log)[-3000:]
+            time.sleep(0.02)
+        pids = [int(line.rsplit(" ", 1)[1]) for line in read(log).splitlines() if "started child" in line]
+        assert len(pids) == 2 and all(psutil.pid_exists(pid) for pid in pids), pids
+        assert db.jobs() == []  # nothing was submitted: the children wait for their first jobs
+        ex = db.executor(1, run_jobs=False)
+        assert ex.submit(jobs.add, 2, 3).result(timeout=T) == 5
+        assert read(log).count("started child") == 2  # the job ran in one of them
+        assert stop(proc) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()

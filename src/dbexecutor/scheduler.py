@@ -49,6 +49,7 @@ from .intransaction import CallerTransaction, never_stored
 from .messages import DatabaseAddress
 from .future import JobFuture
 from .pace import Pace
+from .pool import warm_up
 from .registry import Registry
 from .records import Claimed, Final, Finished, JobProgress, NewJob, Registration, Report, Submitted
 from .states import DEFAULT_QUEUE, DONE
@@ -93,6 +94,7 @@ class Settings:
     run_jobs: bool = True  # False: submit only, never claim (workers elsewhere run the jobs)
     kind: str = "executor"  # how the registry names it: executor, worker (submitter when run_jobs is False)
     queues: tuple[str, ...] | None = (DEFAULT_QUEUE,)  # the queues it claims from (None: every queue)
+    start_children: bool = False  # True: every child starts with the loop, not with the first jobs (a worker)
     # Where other processes reach this one's doorbell (databases without NOTIFY); None: no doorbell.
     # Loopback by default: executors on other machines then find work by polling (README, "Running a fleet").
     wake_host: str | None = field(default_factory=lambda: _wake_host_from_env())
@@ -356,6 +358,7 @@ class Scheduler:
     def _run(self) -> None:
         backoff = 0.0
         try:
+            self._start_children()
             while not self._finished():
                 try:
                     self._tick(backoff)
@@ -379,6 +382,15 @@ class Scheduler:
             if self._doorbell is not None:
                 self.store.after_commit = None
                 self._doorbell.close()
+
+    def _start_children(self) -> None:
+        """The children, or at least the process that forks them, start while the first claim is made."""
+        if not self.s.run_jobs or self.s.max_workers <= 0:
+            return
+        if self.s.start_children:
+            self._supervisor.start_all()
+        else:
+            warm_up(self.s.mp_context)
 
     def _tick(self, backoff: float) -> None:
         """One turn: wait for something to happen, take in what the children said, write and

@@ -318,6 +318,11 @@ class Supervisor:
         roomy = [c for c in self._children if len(c.queue) < self._depth(c)] or self._children
         return min(roomy, key=lambda c: len(c.queue))
 
+    def start_all(self) -> None:
+        """Start every child now rather than at the first jobs (a worker: it exists to run them)."""
+        while len(self._children) < self.s.max_workers:
+            self._spawn()
+
     def _spawn(self) -> Child:
         c = start_child(self.s.mp_context, self._config)
         self._children.append(c)

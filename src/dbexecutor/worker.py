@@ -33,12 +33,13 @@ import signal
 import sys
 import threading
 import time
+from multiprocessing.context import BaseContext
 from types import FrameType
 
 from . import serialization
 from .dialects import resolve
 from .durations import parse_duration
-from .pool import default_context, default_workers
+from .pool import default_context, default_workers, warm_up
 from .queues import serving
 from .scheduler import Scheduler, Settings
 from .store import Store, masked_url
@@ -147,6 +148,8 @@ def run_worker(args: argparse.Namespace) -> int:
     _configure_logging(args.log_level)
     for path in reversed(args.path):
         sys.path.insert(0, os.path.abspath(path))
+    context = default_context()
+    warm_up(context)  # the fork server starts while the store connects
     stop = threading.Event()
     hard = threading.Event()
 
@@ -161,7 +164,7 @@ def run_worker(args: argparse.Namespace) -> int:
         store = Store(  # secret None: $DBEXECUTOR_SECRET
             args.url, args.prefix, signer=serialization.Signer.from_env(args.secret), listen_url=args.listen_url
         )
-        sched = Scheduler(store, _settings(args))
+        sched = Scheduler(store, _settings(args, context))
         if args.metrics_port is not None:
             from .metrics import serve
 
@@ -203,11 +206,11 @@ def run_worker(args: argparse.Namespace) -> int:
             signal.signal(s, handler)
 
 
-def _settings(args: argparse.Namespace) -> Settings:
+def _settings(args: argparse.Namespace, context: BaseContext) -> Settings:
     """The scheduler's settings from the command line (job options as a DBExecutor's defaults)."""
     return Settings(
         max_workers=args.max_workers or default_workers(),
-        mp_context=default_context(),
+        mp_context=context,
         initializer=None,
         initargs=(),
         max_tasks_per_child=None,
@@ -219,4 +222,5 @@ def _settings(args: argparse.Namespace) -> Settings:
         retention=args.retention,
         kind="worker",
         queues=serving(args.queues, default=None),
+        start_children=True,
     )
