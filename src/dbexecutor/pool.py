@@ -63,10 +63,12 @@ def warm_up(ctx: BaseContext) -> None:
         return
     from multiprocessing import forkserver
 
-    server = forkserver._forkserver  # type: ignore[attr-defined]
-    if server._forkserver_pid is None:  # not started yet: the preload still counts
-        wanted = list(dict.fromkeys([*server._preload_modules, *FORKSERVER_PRELOAD]))
-        ctx.set_forkserver_preload(wanted)  # type: ignore[attr-defined]
+    # The module's one fork server, and what it preloads (private attributes, read
+    # with defaults: at worst the preload is skipped and children import the code).
+    server = forkserver._forkserver
+    if getattr(server, "_forkserver_pid", 0) is None:  # not started yet: the preload still counts
+        wanted = list(dict.fromkeys([*getattr(server, "_preload_modules", []), *FORKSERVER_PRELOAD]))
+        ctx.set_forkserver_preload(wanted)
     forkserver.ensure_running()
 
 
