@@ -295,6 +295,51 @@ def test_jobs_sent_together_run_in_order_each_with_its_result(tmp_path):
     assert "EXIT 0" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_a_long_job_is_beaten_for_after_short_ones_and_after_an_idle_spell(tmp_path):
+    """The heartbeat thread is woken by a job only when it waits without a deadline (idle).
+
+    Between jobs that follow each other it waits for the previous job's
+    due time and reads the job again: a long job that follows short ones
+    still gets its beats, and so does one that follows an idle spell.
+    """
+    script = tmp_path / "beats.py"
+    script.write_text(textwrap.dedent(
+        """
+        import multiprocessing, time
+        import jobs
+        from dbexecutor import serialization
+        from dbexecutor.messages import Beat, Call, Calls, ChildConfig, Ready, Result, Stop
+        from dbexecutor.pool import start_child
+
+        def until_result(child, job_id, beats):
+            while True:
+                msg = child.conn.recv()
+                if isinstance(msg, Beat):
+                    beats.append(msg[0])
+                if isinstance(msg, Result) and msg.job_id == job_id:
+                    return
+
+        if __name__ == "__main__":
+            child = start_child(multiprocessing.get_context("forkserver"), ChildConfig(0.2, None, (), serialization.UNSIGNED))
+            assert isinstance(child.conn.recv(), Ready)
+            beats = []
+            short = [Call(i, 1, serialization.dump_payload(jobs.add, (i, 1), {}), {}) for i in (1, 2, 3)]
+            long = Call(4, 1, serialization.dump_payload(jobs.sleep, (0.7,), {}), {})
+            child.conn.send(Calls((*short, long)))
+            until_result(child, 4, beats)
+            time.sleep(0.5)  # idle: the heartbeat thread waits without a deadline
+            child.conn.send(Call(5, 1, serialization.dump_payload(jobs.sleep, (0.7,), {}), {}))
+            until_result(child, 5, beats)
+            print("BEATS", sorted(set(beats)), beats.count(4) >= 2, beats.count(5) >= 2, flush=True)
+            child.conn.send(Stop())
+            child.process.join(30)
+        """
+    ))
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90, env=cli_env())
+    # Beats every 0.2 s while a 0.7 s job runs (the first 0.1 s in); none for jobs of a millisecond.
+    assert "BEATS [4, 5] True True" in proc.stdout, proc.stdout + proc.stderr
+
+
 def test_stop_message_ends_an_idle_child(tmp_path):
     script = tmp_path / "stop.py"
     script.write_text(textwrap.dedent(

@@ -118,15 +118,26 @@ class _Heartbeat(threading.Thread):
         self._job: tuple[int, int] | None = None
         self._next = 0.0
         self._wake_r, self._wake_w = os.pipe()
+        # The thread waits without a deadline (no job): only then must a new job wake it.
+        self._idle = False
         self._progress: Progress | None = None  # reported, not sent yet
         self._progress_sent = 0.0  # monotonic time of the last Progress sent
 
     def start_job(self, job_id: int, attempt: int) -> None:
+        """A job starts: its first beat is due shortly.
+
+        Jobs that follow each other do not wake the thread: it waits for
+        the previous job's due time, which comes no later than this one's,
+        and then reads the job and the time again. One wake-up per job was
+        a thread switch and two system calls, as much as a trivial job costs.
+        """
         with self._lock:
             self._job = (job_id, attempt)
             self._next = time.monotonic() + min(_RUNNING_MARK_DELAY, self.interval)
             self._progress, self._progress_sent = None, 0.0
-        os.write(self._wake_w, b"x")
+            wake, self._idle = self._idle, False
+        if wake:
+            os.write(self._wake_w, b"x")
 
     def report(self, fraction: float | None, message: str | None) -> None:
         """``report_progress`` from the job's thread: sent now, or with the next beat if one went out just now."""
@@ -154,6 +165,7 @@ class _Heartbeat(threading.Thread):
         while True:
             with self._lock:
                 job, due = self._job, self._next
+                self._idle = job is None
             timeout = max(0.0, due - time.monotonic()) if job else None
             ready = wait([self.lifeline, self._wake_r], timeout)
             if self.lifeline in ready:
