@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
@@ -114,6 +114,36 @@ def test_a_dependent_on_a_job_committed_before(db, engine):
         down = ex.options(connection=conn).submit(jobs.add, up, 1)
         conn.commit()
     assert down.result(timeout=T) == 3
+
+
+def test_upstream_rows_are_read_inside_the_callers_transaction(db, engine):
+    """The rows a dependent's state is decided by are read where no finish can slip in before the insert.
+
+    On SQLite the caller's driver runs a read outside any transaction (it
+    begins one before its first write): once the group was known, the first
+    statement of a submit was that read, and an upstream that finished right
+    after it left its new dependent waiting forever (seen once in CI). The
+    submit now takes the write lock first. PostgreSQL and MariaDB lock the
+    upstream rows in the transaction itself.
+    """
+    ex = db.executor(2)
+    up = ex.submit(jobs.add, 1, 1)
+    ex.flush()
+    outside: list[str] = []
+
+    @event.listens_for(engine, "before_cursor_execute")
+    def check(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        # sqlite3's own view (SQLAlchemy's says "in a transaction" from the first statement on).
+        raw = conn.connection.dbapi_connection
+        if db.kind == "sqlite" and statement.lstrip().upper().startswith("SELECT") and not raw.in_transaction:
+            outside.append(statement)
+
+    for round_ in range(2):  # the second time, the group is known and no group row is written first
+        with engine.connect() as conn:
+            down = ex.options(connection=conn).submit(jobs.add, up, round_)
+            conn.commit()
+        assert down.result(timeout=T) == 2 + round_
+    assert not outside, outside
 
 
 def test_dependents_rolled_back_with_their_upstream(db, engine):

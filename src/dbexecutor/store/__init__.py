@@ -309,6 +309,13 @@ class Store:
         ctx = self.ctx
         unsent = ctx.unsent()
         unsent.clear()
+        if self.driver.single_writer:
+            # The upstream rows read next decide the new rows' states. On SQLite the
+            # caller's driver may read them outside any transaction (it begins one
+            # before its first write): an upstream that finished in between would
+            # leave its new dependent waiting forever. The write lock, taken first,
+            # holds every other writer (and so every finish) off until the commit.
+            conn.execute(ctx.sql.take_write_lock)
         groups = submit.ensure_groups(ctx, conn, jobs)
         rows: list[Submitted] = []
         i = 0

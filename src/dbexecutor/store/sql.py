@@ -159,6 +159,12 @@ class Statements:
         return select(meta.c.value).where(meta.c.name == "schema_version")
 
     @cached_property
+    def take_write_lock(self) -> Update:
+        """A write that changes no row: on a single-writer database (SQLite) the transaction it runs in holds the write lock from then on."""
+        meta = self.tables.meta
+        return update(meta).where(literal_column("0") == literal_column("1")).values(value=meta.c.value)
+
+    @cached_property
     def set_schema_version(self) -> Update:
         """Record schema version ``p_value``."""
         meta = self.tables.meta
