@@ -38,6 +38,28 @@ def _set_version(conn: Any, store: Any, version: int) -> None:
     conn.execute(update(meta).where(meta.c.name == "schema_version").values(value=str(version)))
 
 
+def _with_old_index(db: Any, version: int, drop: str, name: str, columns: str, where: str = "") -> None:
+    """Make this test's tables look like ``version``'s: index ``drop`` gone, index ``name`` on ``columns`` (``WHERE where``)."""
+    store = db.store()
+    try:
+        with store.engine.begin() as conn:
+            quote = conn.dialect.identifier_preparer.quote
+            _drop_index(conn, db.kind, drop, store.tables.jobs.name)
+            where_sql = f" WHERE {where}" if where else ""
+            conn.exec_driver_sql(f"CREATE INDEX {quote(name)} ON {quote(store.tables.jobs.name)} ({columns}){where_sql}")
+            _set_version(conn, store, version)
+    finally:
+        store.close()
+
+
+def _upgraded_from(db: Any, version: int) -> Store:
+    """Open the tables (which upgrades them) and check they came from ``version`` and are now current."""
+    upgraded = db.store()
+    assert upgraded.schema_report is not None and upgraded.schema_report.upgraded_from == version
+    assert upgraded.schema_version() == schema.SCHEMA_VERSION
+    return upgraded
+
+
 def _drop_v6(conn: Any, store: Any, kind: str) -> None:
     """Remove what version 6 added to ``jobs``: its indexes, then its columns."""
     quote = conn.dialect.identifier_preparer.quote
@@ -187,9 +209,8 @@ def test_a_version_5_database_gets_progress_stop_requests_and_paging_indexes(db)
             _set_version(conn, store, 5)
     finally:
         store.close()
-    upgraded = db.store()
+    upgraded = _upgraded_from(db, 5)
     try:
-        assert upgraded.schema_report is not None and upgraded.schema_report.upgraded_from == 5
         with upgraded.engine.connect() as conn:
             insp = inspect(conn)
             columns = {c["name"] for c in insp.get_columns(upgraded.tables.jobs.name)}
@@ -198,7 +219,6 @@ def test_a_version_5_database_gets_progress_stop_requests_and_paging_indexes(db)
         assert {f"{db.prefix}{name}" for name in V6_INDEXES} <= indexes
         (row,) = db.jobs()
         assert (row.state, row.progress, row.terminate_requested) == ("done", None, None)
-        assert upgraded.schema_version() == schema.SCHEMA_VERSION
     finally:
         upgraded.close()
     assert db.executor().submit(jobs.add, 2, 2).result(timeout=T) == 4
@@ -211,21 +231,10 @@ def test_a_version_6_database_gets_the_partial_state_index(db):
     failed = ex.submit(jobs.fail, "no")
     assert failed.exception(timeout=T) is not None
     ex.shutdown()
-    store = db.store()
     name = f"{db.prefix}ix_jobs_state"
+    _with_old_index(db, 6, name, name, "state, id")  # version 6's index: on every row
+    upgraded = _upgraded_from(db, 6)
     try:
-        with store.engine.begin() as conn:
-            quote = conn.dialect.identifier_preparer.quote
-            _drop_index(conn, db.kind, name, store.tables.jobs.name)
-            # Version 6's index: on every row.
-            conn.exec_driver_sql(f"CREATE INDEX {quote(name)} ON {quote(store.tables.jobs.name)} (state, id)")
-            _set_version(conn, store, 6)
-    finally:
-        store.close()
-    upgraded = db.store()
-    try:
-        assert upgraded.schema_report is not None and upgraded.schema_report.upgraded_from == 6
-        assert upgraded.schema_version() == schema.SCHEMA_VERSION
         with upgraded.engine.connect() as conn:
             (index,) = [ix for ix in inspect(conn).get_indexes(upgraded.tables.jobs.name) if ix["name"] == name]
         where = {k: v for k, v in index.get("dialect_options", {}).items() if k.endswith("_where") and v is not None}
@@ -246,28 +255,16 @@ def test_a_version_7_database_gets_the_ready_index_in_the_claims_order(db):
     ex = db.executor()
     assert ex.submit(jobs.add, 1, 2).result(timeout=T) == 3
     ex.shutdown()
-    store = db.store()
-    j = store.tables.jobs
     new, old = f"{db.prefix}ix_jobs_ready_g", f"{db.prefix}ix_jobs_ready_q"
+    # Version 7's index, led by the queue (partial where the database can).
+    if db.kind == "mariadb":
+        _with_old_index(db, 7, new, old, "state, queue, group_key, priority DESC, id")
+    else:
+        _with_old_index(db, 7, new, old, "queue, group_key, priority DESC, id", "state = 'ready'")
+    upgraded = _upgraded_from(db, 7)
     try:
-        with store.engine.begin() as conn:
-            quote = conn.dialect.identifier_preparer.quote
-            _drop_index(conn, db.kind, new, j.name)
-            # Version 7's index, led by the queue (partial where the database can).
-            if db.kind == "mariadb":
-                columns, where = "state, queue, group_key, priority DESC, id", ""
-            else:
-                columns, where = "queue, group_key, priority DESC, id", " WHERE state = 'ready'"
-            conn.exec_driver_sql(f"CREATE INDEX {quote(old)} ON {quote(j.name)} ({columns}){where}")
-            _set_version(conn, store, 7)
-    finally:
-        store.close()
-    upgraded = db.store()
-    try:
-        assert upgraded.schema_report is not None and upgraded.schema_report.upgraded_from == 7
-        assert upgraded.schema_version() == schema.SCHEMA_VERSION
         with upgraded.engine.connect() as conn:
-            found = {ix["name"]: ix for ix in inspect(conn).get_indexes(j.name)}
+            found = {ix["name"]: ix for ix in inspect(conn).get_indexes(upgraded.tables.jobs.name)}
         assert old not in found
         expected = ["group_key", "priority", "id", "queue"]
         assert found[new]["column_names"] == (["state", *expected] if db.kind == "mariadb" else expected), found[new]

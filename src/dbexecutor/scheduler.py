@@ -387,10 +387,9 @@ class Scheduler:
         """The children, or at least the process that forks them, start while the first claim is made."""
         if not self.s.run_jobs or self.s.max_workers <= 0:
             return
+        warm_up(self.s.mp_context)  # first, so that the children it forks have the preload
         if self.s.start_children:
             self._supervisor.start_all()
-        else:
-            warm_up(self.s.mp_context)
 
     def _tick(self, backoff: float) -> None:
         """One turn: wait for something to happen, take in what the children said, write and

@@ -346,8 +346,11 @@ class Statements:
 
     def _along_ready_index(self, stmt: Select[Any]) -> Select[Any]:
         """A read of ready rows in the claim's order (group, priority, age), along the ready index."""
-        j = self.tables.jobs
-        return self.driver.along_index(stmt, j, f"{j.name[: -len('jobs')]}ix_jobs_ready_g")
+        return self.driver.along_index(stmt, self.tables.jobs, self._jobs_index("ready_g"))
+
+    def _jobs_index(self, suffix: str) -> str:
+        """The name of the jobs table's index ``ix_jobs_<suffix>`` (prefixed as the table is)."""
+        return f"{self.tables.jobs.name[: -len('jobs')]}ix_jobs_{suffix}"
 
     @staticmethod
     def _claimed_columns(j: Any) -> tuple[Any, ...]:
@@ -845,8 +848,7 @@ class Statements:
         leading = [name for name in ("state", "group", "exact_function") if given.get(name)]
         if (after or given.get("before")) and len(leading) == 1 and not any(given.get(n) for n in ("states", "function")):
             column = {"state": "state", "group": "group", "exact_function": "function"}[leading[0]]
-            prefix = j.name[: -len("jobs")]  # the table prefix, as the index names carry it
-            paged = self.driver.along_index(paged, j, f"{prefix}ix_jobs_{column}")
+            paged = self.driver.along_index(paged, j, self._jobs_index(column))
         return paged
 
     def matching_ids(self, **given: bool) -> Select[Any]:
