@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from sqlalchemy import select
+from sqlalchemy import delete, insert, select
 
 from dbexecutor.records import NewJob
 
@@ -63,3 +63,51 @@ def test_a_burst_of_alike_jobs_keeps_each_payload(db):
         }
     finally:
         store.close()
+
+
+def test_a_burst_gets_new_ascending_ids_never_those_of_purged_rows(db):
+    # SQLite counts a burst's ids on from the table's sequence instead of
+    # reading each back: they must be the ids the rows got, in order, and
+    # never those of rows deleted since (a purged job's id names no other job).
+    store = db.store()
+    try:
+        j = store.tables.jobs
+        first = store.insert_jobs([NewJob("tests.f", b"a%d" % i, ()) for i in range(5)], time.time())
+        with store.engine.begin() as conn:
+            conn.execute(delete(j).where(j.c.id.in_([r.job_id for r in first[2:]])))
+        second = store.insert_jobs([NewJob("tests.f", b"b%d" % i, ()) for i in range(4)], time.time())
+        ids = [r.job_id for r in second]
+        assert ids == sorted(ids) and len(set(ids)) == 4 and ids[0] > first[-1].job_id
+        third = store.insert_jobs([NewJob("tests.f", b"c", ())], time.time())  # one row: the database's own id
+        assert third[0].job_id > ids[-1]
+        with store.engine.connect() as conn:
+            got = dict(conn.execute(select(j.c.id, j.c.payload)).all())
+        assert [got[i] for i in ids] == [b"b%d" % i for i in range(4)]
+    finally:
+        store.close()
+
+
+def test_sqlite_burst_ids_in_a_table_made_without_autoincrement(tmp_path):
+    # Databases made before jobs.id had AUTOINCREMENT have no sequence to read
+    # (and, with no such table, no sqlite_sequence): the largest id decides.
+    from sqlalchemy import create_engine
+    from sqlalchemy.schema import CreateTable
+
+    from dbexecutor.dialects.sqlite import SQLiteDriver
+    from dbexecutor.schema import make_tables
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = create_engine(url)
+    j = make_tables("").jobs
+    driver = SQLiteDriver(engine.url)
+    row = {"state": "ready", "fn_name": "tests.f", "group_key": "default", "created_at": 1.0}
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(str(CreateTable(j).compile(engine)).replace("AUTOINCREMENT", ""))
+            assert conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").first() is None
+            conn.execute(insert(j), [{**row, "id": 41, "payload": b"old"}])
+            ids = driver.insert_job_rows(conn, j, [{**row, "payload": b"p%d" % i} for i in range(3)])
+            assert ids == [42, 43, 44]
+            assert conn.execute(select(j.c.payload).where(j.c.id == 43)).scalar_one() == b"p1"
+    finally:
+        engine.dispose()

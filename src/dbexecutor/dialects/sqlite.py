@@ -6,10 +6,11 @@ import json
 import os
 import sqlite3
 import time
+from collections.abc import Sequence
 from typing import Any
 from typing import cast as typed
 
-from sqlalchemy import ColumnElement, Insert, Integer, Select, String, Table, bindparam, cast, event, func, insert, select
+from sqlalchemy import ColumnElement, Insert, Integer, Select, String, Table, bindparam, cast, event, func, insert, select, text
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.types import TypeDecorator
@@ -115,6 +116,23 @@ class SQLiteDriver(Driver):
             else:
                 _begin_immediate(conn, self.lock_wait)
 
+    def insert_job_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> list[int]:
+        """Ids counted on from the table's sequence, then one plain multi-row insert with them.
+
+        Every write transaction here holds the database's write lock (``BEGIN
+        IMMEDIATE``, or the write a caller's transaction starts with), so no
+        other connection can take the ids meanwhile. An ``INSERT ... RETURNING``
+        that must keep the rows' order runs one statement per row.
+        """
+        if len(rows) == 1:
+            return [self._insert_one(conn, table, rows[0])]
+        # The sequence remembers ids whose rows were purged (AUTOINCREMENT); the
+        # largest id covers a table made without it.
+        last = conn.execute(self._derived(("last_id", table.name), lambda: _last_id(conn, table))).scalar_one()
+        ids = list(range(int(last) + 1, int(last) + 1 + len(rows)))
+        self.insert_rows(conn, table, [{**row, "id": job_id} for row, job_id in zip(rows, ids)])
+        return ids
+
     def connect_failure(self, error: DBAPIError) -> DBExecutorError:
         message = str(error.orig).lower()
         path = self.url.database
@@ -157,6 +175,20 @@ class SQLiteDriver(Driver):
 # waiter is never asleep long after the lock became free.
 _FIRST_RETRY = 0.00005
 _LONGEST_RETRY = 0.001
+
+
+def _last_id(conn: Connection, table: Table) -> Any:
+    """A statement reading the largest id ``table`` has given out: its AUTOINCREMENT sequence, or its largest id.
+
+    Tables made before ``jobs`` had AUTOINCREMENT have no sequence, and a
+    database with no such table has no ``sqlite_sequence`` to read.
+    """
+    name = conn.dialect.identifier_preparer.quote(table.name)
+    largest = f"coalesce((SELECT max(id) FROM {name}), 0)"
+    if conn.exec_driver_sql("SELECT 1 FROM sqlite_master WHERE name = 'sqlite_sequence'").first() is None:
+        return text(f"SELECT {largest}")
+    seq = "coalesce((SELECT seq FROM sqlite_sequence WHERE name = :p_table), 0)"
+    return text(f"SELECT max({seq}, {largest})").bindparams(p_table=table.name)
 
 
 def _begin_immediate(conn: Connection, patience: float) -> None:
