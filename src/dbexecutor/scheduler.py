@@ -35,7 +35,7 @@ import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from multiprocessing.connection import wait as mp_wait
 from multiprocessing.context import BaseContext
 from typing import Any
@@ -170,7 +170,7 @@ class Scheduler:
         self._queue = SubmitQueue(store, self._registry, self.flags, self._wakeup.wake)
         # A job's transaction (dbexecutor.transaction()) connects where this store does.
         address = DatabaseAddress(store.url.render_as_string(hide_password=False), store.prefix)
-        self._supervisor = Supervisor(settings, store.signer, self.pace, self._wakeup.wake, address)
+        self._supervisor = Supervisor(settings, store.signer, self.pace, self._wakeup.wake, address, store.clock.to_server)
         # Kept across a database outage until written:
         self._reports: list[Report] = []  # outcomes from the children
         self._releases: list[tuple[int, int]] = []  # held jobs no child will start
@@ -453,7 +453,7 @@ class Scheduler:
         reason = self._supervisor.take_init_failure()
         if reason is not None:
             self._break(reason)
-        reports = [self._on_server_clock(r) for r in self._supervisor.take_reports()]
+        reports = self._supervisor.take_reports()
         for report in reports:
             if report.refused:
                 self._cannot_run(report)
@@ -719,7 +719,6 @@ class Scheduler:
         """Kill every child's process tree and put the jobs they held back to ready (stop_now)."""
         held = self._supervisor.abandon()
         if held:
-            held = [(job_id, attempt, None if at is None else self.store.clock.to_server(at)) for job_id, attempt, at in held]
             released = self.store.release_running(
                 held, self.owner, self.store.now(), "the worker stopped before the job ended; the job was put back to ready"
             )
@@ -746,13 +745,6 @@ class Scheduler:
         self.flags.set_broken(reason)
         self._registry.fail_all(BrokenProcessPool(reason))
         self._queue.drop(BrokenProcessPool(reason))
-
-    def _on_server_clock(self, report: Report) -> Report:
-        """A child's report with its times (read from this machine's wall clock) on the server's clock."""
-        clock = self.store.clock
-        started = None if report.started_at is None else clock.to_server(report.started_at)
-        ended = clock.to_server(report.ended_at) if report.ended_at else report.ended_at
-        return replace(report, started_at=started, ended_at=ended)
 
     def _unregister(self) -> None:
         """The loop has ended: say so in the registry (a process that dies instead is found dead)."""

@@ -65,8 +65,12 @@ class Supervisor:
         pace: Pace,
         wake: Callable[[], None],
         database: DatabaseAddress | None = None,
+        to_server: Callable[[float], float] = float,
     ) -> None:
         self.s = settings
+        # A report's times are read from this machine's wall clock and
+        # recorded on the database server's (``Clock.to_server``).
+        self._to_server = to_server
         # ``database``: where a job's transaction connects (a child opens it only if a job asks).
         self._config = ChildConfig(settings.heartbeat_interval, settings.initializer, settings.initargs, signer, database)
         self._signer = signer
@@ -179,7 +183,8 @@ class Supervisor:
             self._log_failure(c, head, msg)
         self._report(Report(
             msg.job_id, msg.attempt, msg.ok, msg.blob, outcome, msg.refused or msg.error,
-            worker_name(c.pid), msg.started, msg.ended, head.retry_delay, head.function, msg.refused is not None,
+            worker_name(c.pid), self._to_server(msg.started), self._to_server(msg.ended), head.retry_delay, head.function,
+            msg.refused is not None,
             finalized=msg.finalized,
         ))
         self._pace.job_ended(msg.ended - msg.started)
@@ -264,7 +269,8 @@ class Supervisor:
                 report = Report(
                     head.job_id, head.attempt, False, b"", "terminated",
                     "asked to stop while it ran; its process tree was killed",
-                    worker_name(c.pid), c.started_at, time.time(), head.retry_delay, stopped=True,
+                    worker_name(c.pid), self._started_at(c), self._to_server(time.time()), head.retry_delay,
+                    stopped=True,
                 )
             else:
                 error = JobTimeoutError(
@@ -399,12 +405,15 @@ class Supervisor:
             c.close()
 
     def abandon(self) -> list[tuple[int, int, float | None]]:
-        """Kill every child's process tree; return what they held: ``(job_id, attempt, started_at or None)``."""
+        """Kill every child's process tree; return what they held: ``(job_id, attempt, started_at or None)``.
+
+        ``started_at`` is on the server's clock.
+        """
         self.drain()  # results that already arrived are written, not run again
         held: list[tuple[int, int, float | None]] = []
         for c in self._children:
             for a in c.queue:
-                held.append((a.job_id, a.attempt, c.started_at if a is c.running else None))
+                held.append((a.job_id, a.attempt, self._started_at(c) if a is c.running else None))
             if c.queue:
                 log.warning("killing child %d, which still runs job %d attempt %d", c.pid, c.queue[0].job_id, c.queue[0].attempt)
         kill_trees([c.pid for c in self._children], self.s.kill_grace)
@@ -473,7 +482,11 @@ class Supervisor:
             outcome,
             f"{type(error).__name__}: {error}",
             worker_name(c.pid),
-            c.started_at,
-            time.time(),
+            self._started_at(c),
+            self._to_server(time.time()),
             head.retry_delay,
         )
+
+    def _started_at(self, c: Child) -> float | None:
+        """When ``c``'s current job started, on the server's clock (None: it had not)."""
+        return None if c.started_at is None else self._to_server(c.started_at)
