@@ -722,7 +722,7 @@ class DBExecutor(Executor):
                 self._scheduler.due(job.run_after)
             # Below a job known to have failed or been cancelled, the new job
             # is final on arrival: write it now, so its future says so at once.
-            if self._durable_submit or any(_ended_badly(f) for f in upstream):
+            if self._durable_submit or (upstream and any(_ended_badly(f) for f in upstream)):
                 self._scheduler.flush()
             return fut
         # A key is looked up first (it may name an existing job, whose future

@@ -29,6 +29,7 @@ class ExecutorFlags:
         #: A submit-only executor told not to wait: the loop ends once its submits are written;
         #: the jobs carry on elsewhere, and this process's futures end with it.
         self.detached = False
+        self._admitting = _Admitting(self)
 
     def request_shutdown(self, *, detach: bool = False) -> None:
         """Stop taking new work; ``detach``: do not wait for this process's futures (a submit-only executor)."""
@@ -48,18 +49,36 @@ class ExecutorFlags:
             if self.broken is None:
                 self.broken = reason
 
-    @contextmanager
-    def admitting(self) -> Iterator[None]:
+    def admitting(self) -> _Admitting:
         """Hold while adding work: raises if the executor no longer takes it, and no shutdown lands meanwhile."""
-        with self._lock:
-            if self.broken is not None:
-                raise BrokenProcessPool(self.broken)
-            if self.shutdown:
-                raise RuntimeError("cannot schedule new futures after shutdown")
-            yield
+        return self._admitting
 
     @contextmanager
     def deciding(self) -> Iterator[None]:
         """Hold while deciding from the flags and the queue (whether the loop may end)."""
         with self._lock:
             yield
+
+
+class _Admitting:
+    """``ExecutorFlags.admitting()``: every submit enters it, so it is a plain object, not a generator.
+
+    It keeps no state of its own (the lock is re-entrant), so one serves every thread.
+    """
+
+    __slots__ = ("_flags",)
+
+    def __init__(self, flags: ExecutorFlags) -> None:
+        self._flags = flags
+
+    def __enter__(self) -> None:
+        flags = self._flags
+        flags._lock.acquire()
+        if flags.broken is not None or flags.shutdown:
+            flags._lock.release()
+            if flags.broken is not None:
+                raise BrokenProcessPool(flags.broken)
+            raise RuntimeError("cannot schedule new futures after shutdown")
+
+    def __exit__(self, *exc: object) -> None:
+        self._flags._lock.release()

@@ -192,8 +192,8 @@ def map_arguments(
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Apply ``fn`` where a dependency may sit: each argument, each keyword value, and their items."""
     return (
-        tuple(_map_shallow(a, fn) for a in args),
-        {k: _map_shallow(v, fn) for k, v in kwargs.items()},
+        tuple([_map_shallow(a, fn) for a in args]),
+        {k: _map_shallow(v, fn) for k, v in kwargs.items()} if kwargs else {},
     )
 
 
@@ -234,7 +234,8 @@ def dumps(obj: Any) -> bytes:
         if "__main__" not in str(error):
             raise
         return _by_value(obj)  # a lambda or a nested function of the program: only by value
-    if any(marker in data for marker in _MAIN_REFERENCES):
+    # Every marker holds one of these two names: most pickles are cleared by two searches.
+    if (b"__main__" in data or b"__mp_main__" in data) and any(marker in data for marker in _MAIN_REFERENCES):
         return _by_value(obj)
     return data
 
