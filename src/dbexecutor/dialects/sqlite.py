@@ -7,7 +7,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from typing import cast as typed
 
 from sqlalchemy import ColumnElement, Insert, Integer, Select, String, Table, bindparam, cast, event, func, insert, select, text
@@ -17,6 +17,9 @@ from sqlalchemy.types import TypeDecorator
 
 from ..errors import ConfigurationError, DBExecutorError
 from .base import Driver
+
+if TYPE_CHECKING:
+    from ..store.sql import Statements
 
 __all__ = ["SQLiteDriver"]
 
@@ -133,6 +136,39 @@ class SQLiteDriver(Driver):
         self.insert_rows(conn, table, [{**row, "id": job_id} for row, job_id in zip(rows, ids)])
         return ids
 
+    def insert_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
+        """One ``executemany`` of a fixed ``INSERT``, each row a tuple (see :meth:`_executemany`)."""
+        if rows:
+            self._executemany(conn, self._derived(("insert", table.name), lambda: insert(table)), rows, tuple(rows[0]))
+
+    def finish_done(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float) -> set[int]:
+        """The guarded ``mark_done`` as one ``executemany`` of tuples; a short count is read back."""
+        params = [{"p_id": i, "p_attempt": a, "p_result": blob, "p_now": now} for i, a, blob in rows]
+        if self._executemany(conn, sql.mark_done, params) == len(rows):
+            return {i for i, _, _ in rows}
+        return self.finished_by(conn, sql, rows)
+
+    def _executemany(
+        self, conn: Connection, stmt: Any, params: Sequence[dict[str, Any]], columns: tuple[str, ...] | None = None
+    ) -> int:
+        """Run ``stmt`` once per parameter set through ``sqlite3``'s own ``executemany``; the rows it changed.
+
+        SQLAlchemy builds and type-processes every parameter set of a
+        statement in Python; with a few dozen rows per tick that was a fifth
+        of the loop's time at one-by-one throughput. The statement is compiled
+        once to positional SQL, and each set becomes a plain tuple: every
+        column here binds as ``sqlite3`` takes it (numbers, text, bytes, None).
+        ``columns``: for an ``INSERT``, the columns every set gives.
+        """
+        given = tuple(params[0])
+        key = ("positional", id(stmt), columns, given)
+        compiled = self._derived(key, lambda: _positional(conn, stmt, columns, given))
+        if compiled.stmt is not stmt:  # another statement now has that id: the first one is gone
+            compiled = self._built[key] = _positional(conn, stmt, columns, given)
+        if len(params) == 1:
+            return int(conn.exec_driver_sql(compiled.sql, compiled.bind(params[0])).rowcount)
+        return int(conn.exec_driver_sql(compiled.sql, [compiled.bind(p) for p in params]).rowcount)
+
     def connect_failure(self, error: DBAPIError) -> DBExecutorError:
         message = str(error.orig).lower()
         path = self.url.database
@@ -175,6 +211,38 @@ class SQLiteDriver(Driver):
 # waiter is never asleep long after the lock became free.
 _FIRST_RETRY = 0.00005
 _LONGEST_RETRY = 0.001
+
+
+class _Positional:
+    """A statement compiled for ``sqlite3`` (``?`` placeholders), and how to bind one parameter set to it."""
+
+    __slots__ = ("stmt", "sql", "_names", "_spec")
+
+    def __init__(self, stmt: Any, sql: str, spec: list[tuple[str, bool, Any]]) -> None:
+        self.stmt = stmt  # kept alive, so that its id names it in the cache
+        self.sql = sql
+        # Every placeholder from the parameter set (the common case), or some
+        # from the statement's own values (``state = 'done'``, ``error = NULL``).
+        self._names = tuple(n for n, _, _ in spec) if all(given for _, given, _ in spec) else None
+        self._spec = spec
+
+    def bind(self, params: dict[str, Any]) -> tuple[Any, ...]:
+        """The tuple of ``params`` (and the statement's own values) in placeholder order."""
+        if self._names is not None:
+            return tuple([params[n] for n in self._names])
+        return tuple([params[n] if given else value for n, given, value in self._spec])
+
+
+def _positional(conn: Connection, stmt: Any, columns: tuple[str, ...] | None, given: tuple[str, ...]) -> _Positional:
+    """Compile ``stmt`` once for :meth:`SQLiteDriver._executemany` (``given``: the keys of its parameter sets)."""
+    compiled = stmt.compile(dialect=conn.dialect, column_keys=None if columns is None else list(columns))
+    if not compiled.positional or compiled.positiontup is None:
+        raise TypeError(f"{conn.dialect.name} does not bind positionally")
+    spec = [
+        (name, name in given, None if name in given else compiled.binds[name].effective_value)
+        for name in compiled.positiontup
+    ]
+    return _Positional(stmt, str(compiled), spec)
 
 
 def _last_id(conn: Connection, table: Table) -> Any:
