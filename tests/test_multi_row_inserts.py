@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 
+import pytest
+
 from sqlalchemy import delete, insert, select
 
 from dbexecutor.records import NewJob
@@ -109,5 +111,28 @@ def test_sqlite_burst_ids_in_a_table_made_without_autoincrement(tmp_path):
             ids = driver.insert_job_rows(conn, j, [{**row, "payload": b"p%d" % i} for i in range(3)])
             assert ids == [42, 43, 44]
             assert conn.execute(select(j.c.payload).where(j.c.id == 43)).scalar_one() == b"p1"
+    finally:
+        engine.dispose()
+
+
+def test_sqlite_rows_of_a_converting_type_are_refused_not_bound_raw(tmp_path):
+    # The SQLite driver binds rows as plain tuples, skipping SQLAlchemy's type
+    # processing: a column whose type converts its values must be refused,
+    # not written unconverted.
+    import datetime
+
+    from sqlalchemy import Column, DateTime, Integer, MetaData, Table, create_engine
+
+    from dbexecutor.dialects.sqlite import SQLiteDriver
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'types.db'}")
+    t = Table("stamps", MetaData(), Column("id", Integer, primary_key=True), Column("at", DateTime))
+    t.create(engine)
+    driver = SQLiteDriver(engine.url)
+    try:
+        with engine.begin() as conn:
+            driver.insert_rows(conn, t, [{"id": 1}, {"id": 2}])  # plain columns go
+            with pytest.raises(TypeError, match="'at'"):
+                driver.insert_rows(conn, t, [{"id": 3, "at": datetime.datetime(2026, 12, 4)}])
     finally:
         engine.dispose()

@@ -13,7 +13,7 @@ from typing import cast as typed
 from sqlalchemy import ColumnElement, Insert, Integer, Select, String, Table, bindparam, cast, event, func, insert, select, text
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import Float, LargeBinary, NullType, TypeDecorator
 
 from ..errors import ConfigurationError, DBExecutorError
 from .base import Driver
@@ -238,11 +238,20 @@ def _positional(conn: Connection, stmt: Any, columns: tuple[str, ...] | None, gi
     compiled = stmt.compile(dialect=conn.dialect, column_keys=None if columns is None else list(columns))
     if not compiled.positional or compiled.positiontup is None:
         raise TypeError(f"{conn.dialect.name} does not bind positionally")
+    for name in compiled.positiontup:
+        kind = compiled.binds[name].type
+        # A type that converts its values (a TypeDecorator, dates) would be skipped here.
+        if isinstance(kind, TypeDecorator) or not isinstance(kind, _PLAIN_TYPES):
+            raise TypeError(f"parameter {name!r} is a {kind!r}, which sqlite3 would not take as it is")
     spec = [
         (name, name in given, None if name in given else compiled.binds[name].effective_value)
         for name in compiled.positiontup
     ]
     return _Positional(stmt, str(compiled), spec)
+
+
+#: The column types whose values sqlite3 binds unconverted (for ``_positional``).
+_PLAIN_TYPES = (Integer, Float, String, LargeBinary, NullType)
 
 
 def _last_id(conn: Connection, table: Table) -> Any:
