@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import collections
 import os
+import subprocess
+import sys
 import time
 
 import psutil
 from sqlalchemy import select, update
 
 import jobs
-from clitools import read, start_worker, stop, wait_for_log
+from clitools import cli_env, read, start_worker, stop, wait_for_log
 
 T = 60
 N = 150
@@ -155,3 +157,28 @@ def test_a_worker_starts_its_children_before_any_job(db, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+def test_children_of_a_worker_started_by_its_console_script_have_no_database_code(db, tmp_path):
+    # The installed `dbexecutor` command is a script whose top level imports the
+    # command line (and with it SQLAlchemy). The fork server must not preload
+    # that __main__: its children would inherit the database stack, and the
+    # first child would wait for it to import.
+    script = tmp_path / "dbexecutor_command.py"
+    script.write_text("import sys\nfrom dbexecutor.cli import main_exit\nif __name__ == '__main__':\n    sys.exit(main_exit())\n")
+    log = str(tmp_path / "worker.log")
+    db.store().close()
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, str(script), "worker", db.url, "--prefix", db.prefix, "--max-workers", "1",
+             "--poll-interval", "0.05", "--grace", "5"],
+            stdout=out, stderr=subprocess.STDOUT, env=cli_env(),
+        )
+    try:
+        wait_for_log(log, "serving", proc)
+        ex = db.executor(1, run_jobs=False)
+        sqlalchemy_here, modules = ex.submit(jobs.modules_seen).result(timeout=60)
+        assert not sqlalchemy_here, modules
+        assert "dbexecutor.cli" not in modules
+    finally:
+        assert stop(proc) == 0, read(log)[-3000:]
