@@ -160,6 +160,14 @@ def db(request: pytest.FixtureRequest, tmp_path: Any) -> Iterator[DB]:
         store.close()
 
 
+@pytest.fixture
+def store(db: DB) -> Iterator[Store]:
+    """A store on the test's tables (made if missing), closed afterwards."""
+    s = db.store()
+    yield s
+    s.close()
+
+
 def pytest_terminal_summary(terminalreporter: Any) -> None:
     """Print how many tests passed, failed and skipped on each database."""
     counts: dict[str, dict[str, int]] = {}

@@ -6,9 +6,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Any
 
-import pytest
 from sqlalchemy import update
 
 from dbexecutor import hosts, schema
@@ -28,13 +26,6 @@ def _dead_process() -> tuple[int, float | None]:
     started = hosts.process_started(proc.pid)
     proc.wait()
     return proc.pid, started
-
-
-@pytest.fixture
-def store(db: Any) -> Any:
-    s = db.store()
-    yield s
-    s.close()
 
 
 def test_a_live_executor_is_listed_with_the_jobs_it_holds(db, store):

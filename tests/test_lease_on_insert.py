@@ -12,7 +12,6 @@ the group's lock.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,13 +23,6 @@ from dbexecutor.store import Store
 
 TTL = 30.0
 T = 60
-
-
-@pytest.fixture
-def store(db: Any) -> Iterator[Store]:
-    s = db.store()
-    yield s
-    s.close()
 
 
 def _job(n: int = 0, **options: Any) -> NewJob:

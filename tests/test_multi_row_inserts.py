@@ -67,26 +67,22 @@ def test_a_burst_of_alike_jobs_keeps_each_payload(db):
         store.close()
 
 
-def test_a_burst_gets_new_ascending_ids_never_those_of_purged_rows(db):
+def test_a_burst_gets_new_ascending_ids_never_those_of_purged_rows(store):
     # SQLite counts a burst's ids on from the table's sequence instead of
     # reading each back: they must be the ids the rows got, in order, and
     # never those of rows deleted since (a purged job's id names no other job).
-    store = db.store()
-    try:
-        j = store.tables.jobs
-        first = store.insert_jobs([NewJob("tests.f", b"a%d" % i, ()) for i in range(5)], time.time())
-        with store.engine.begin() as conn:
-            conn.execute(delete(j).where(j.c.id.in_([r.job_id for r in first[2:]])))
-        second = store.insert_jobs([NewJob("tests.f", b"b%d" % i, ()) for i in range(4)], time.time())
-        ids = [r.job_id for r in second]
-        assert ids == sorted(ids) and len(set(ids)) == 4 and ids[0] > first[-1].job_id
-        third = store.insert_jobs([NewJob("tests.f", b"c", ())], time.time())  # one row: the database's own id
-        assert third[0].job_id > ids[-1]
-        with store.engine.connect() as conn:
-            got = dict(conn.execute(select(j.c.id, j.c.payload)).all())
-        assert [got[i] for i in ids] == [b"b%d" % i for i in range(4)]
-    finally:
-        store.close()
+    j = store.tables.jobs
+    first = store.insert_jobs([NewJob("tests.f", b"a%d" % i, ()) for i in range(5)], time.time())
+    with store.engine.begin() as conn:
+        conn.execute(delete(j).where(j.c.id.in_([r.job_id for r in first[2:]])))
+    second = store.insert_jobs([NewJob("tests.f", b"b%d" % i, ()) for i in range(4)], time.time())
+    ids = [r.job_id for r in second]
+    assert ids == sorted(ids) and len(set(ids)) == 4 and ids[0] > first[-1].job_id
+    third = store.insert_jobs([NewJob("tests.f", b"c", ())], time.time())  # one row: the database's own id
+    assert third[0].job_id > ids[-1]
+    with store.engine.connect() as conn:
+        got = dict(conn.execute(select(j.c.id, j.c.payload)).all())
+    assert [got[i] for i in ids] == [b"b%d" % i for i in range(4)]
 
 
 def test_sqlite_burst_ids_in_a_table_made_without_autoincrement(tmp_path):

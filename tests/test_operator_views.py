@@ -48,13 +48,6 @@ def _analyze(db, store) -> None:
         conn.commit()
 
 
-@pytest.fixture
-def store(db):
-    s = db.store()
-    yield s
-    s.close()
-
-
 def test_pages_of_jobs_are_read_through_indexes(db, store):
     now = time.time()
     _fill(store, now)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -15,13 +14,6 @@ from dbexecutor.records import NewJob
 from dbexecutor.store import Store
 
 TTL = 30.0
-
-
-@pytest.fixture
-def store(db: Any) -> Iterator[Store]:
-    s = db.store()
-    yield s
-    s.close()
 
 
 def _claim_three(store: Store) -> list[Any]:

@@ -170,7 +170,7 @@ class Scheduler:
         self._queue = SubmitQueue(store, self._registry, self.flags, self._wakeup.wake)
         # A job's transaction (dbexecutor.transaction()) connects where this store does.
         address = DatabaseAddress(store.url.render_as_string(hide_password=False), store.prefix)
-        self._supervisor = Supervisor(settings, store.signer, self.pace, self._wakeup.wake, address, store.clock.to_server)
+        self._supervisor = Supervisor(settings, store.signer, self.pace, self._wakeup.wake, address, store.clock)
         # Kept across a database outage until written:
         self._reports: list[Report] = []  # outcomes from the children
         self._releases: list[tuple[int, int]] = []  # held jobs no child will start

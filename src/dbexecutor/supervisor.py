@@ -37,6 +37,7 @@ from .pace import Pace
 from .pool import Assignment, Child, describe_exit, kill_trees, start_child
 from .records import Claimed, Report
 from .store import worker_name
+from .store.clock import Clock
 
 if TYPE_CHECKING:
     from .scheduler import Settings
@@ -65,12 +66,12 @@ class Supervisor:
         pace: Pace,
         wake: Callable[[], None],
         database: DatabaseAddress | None = None,
-        to_server: Callable[[float], float] = float,
+        clock: Clock | None = None,
     ) -> None:
         self.s = settings
-        # A report's times are read from this machine's wall clock and
-        # recorded on the database server's (``Clock.to_server``).
-        self._to_server = to_server
+        # Reports carry times on the database server's clock (``clock``); the
+        # children's are read from this machine's wall clock and converted.
+        self._clock = clock or Clock()
         # ``database``: where a job's transaction connects (a child opens it only if a job asks).
         self._config = ChildConfig(settings.heartbeat_interval, settings.initializer, settings.initargs, signer, database)
         self._signer = signer
@@ -183,9 +184,8 @@ class Supervisor:
             self._log_failure(c, head, msg)
         self._report(Report(
             msg.job_id, msg.attempt, msg.ok, msg.blob, outcome, msg.refused or msg.error,
-            worker_name(c.pid), self._to_server(msg.started), self._to_server(msg.ended), head.retry_delay, head.function,
-            msg.refused is not None,
-            finalized=msg.finalized,
+            worker_name(c.pid), self._clock.to_server(msg.started), self._clock.to_server(msg.ended), head.retry_delay,
+            head.function, msg.refused is not None, finalized=msg.finalized,
         ))
         self._pace.job_ended(msg.ended - msg.started)
         log.debug("job %d attempt %d ended (%s) in child %d", msg.job_id, msg.attempt, msg.error or outcome, c.pid)
@@ -269,7 +269,7 @@ class Supervisor:
                 report = Report(
                     head.job_id, head.attempt, False, b"", "terminated",
                     "asked to stop while it ran; its process tree was killed",
-                    worker_name(c.pid), self._started_at(c), self._to_server(time.time()), head.retry_delay,
+                    worker_name(c.pid), self._started_at(c), self._clock.now(), head.retry_delay,
                     stopped=True,
                 )
             else:
@@ -483,10 +483,10 @@ class Supervisor:
             f"{type(error).__name__}: {error}",
             worker_name(c.pid),
             self._started_at(c),
-            self._to_server(time.time()),
+            self._clock.now(),
             head.retry_delay,
         )
 
     def _started_at(self, c: Child) -> float | None:
         """When ``c``'s current job started, on the server's clock (None: it had not)."""
-        return None if c.started_at is None else self._to_server(c.started_at)
+        return None if c.started_at is None else self._clock.to_server(c.started_at)

@@ -204,10 +204,19 @@ class Driver:
 
     # -- running statements -----------------------------------------------------------------------
 
+    def executemany(
+        self, conn: Connection, stmt: Any, params: Sequence[dict[str, Any]], columns: tuple[str, ...] | None = None
+    ) -> int:
+        """Run ``stmt`` once per parameter set (the same keys each); the number of rows it changed.
+
+        ``columns``: for an ``INSERT``, the columns every set gives.
+        """
+        return int(conn.execute(stmt, list(params) if len(params) > 1 else params[0]).rowcount)
+
     def insert_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
         """Insert ``rows`` (the same keys each) with as few statements as the database allows."""
         if rows:
-            conn.execute(insert(table), list(rows))
+            self.executemany(conn, self._derived(("insert", table.name), lambda: insert(table)), rows, tuple(rows[0]))
 
     def insert_job_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> list[int]:
         """Insert job ``rows`` (the same keys each) and return their new ids, in row order."""
@@ -258,8 +267,7 @@ class Driver:
         rows this transaction finished.
         """
         params = [{"p_id": i, "p_attempt": a, "p_result": blob, "p_now": now} for i, a, blob in rows]
-        res = conn.execute(sql.mark_done, params) if len(params) > 1 else conn.execute(sql.mark_done, params[0])
-        if res.rowcount == len(rows):
+        if self.executemany(conn, sql.mark_done, params) == len(rows):
             return {i for i, _, _ in rows}
         return self.finished_by(conn, sql, rows)
 

@@ -7,7 +7,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from typing import cast as typed
 
 from sqlalchemy import ColumnElement, Insert, Integer, Select, String, Table, bindparam, cast, event, func, insert, select, text
@@ -17,9 +17,6 @@ from sqlalchemy.types import Float, LargeBinary, NullType, TypeDecorator
 
 from ..errors import ConfigurationError, DBExecutorError
 from .base import Driver
-
-if TYPE_CHECKING:
-    from ..store.sql import Statements
 
 __all__ = ["SQLiteDriver"]
 
@@ -136,35 +133,21 @@ class SQLiteDriver(Driver):
         self.insert_rows(conn, table, [{**row, "id": job_id} for row, job_id in zip(rows, ids)])
         return ids
 
-    def insert_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> None:
-        """One ``executemany`` of a fixed ``INSERT``, each row a tuple (see :meth:`_executemany`)."""
-        if rows:
-            self._executemany(conn, self._derived(("insert", table.name), lambda: insert(table)), rows, tuple(rows[0]))
-
-    def finish_done(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float) -> set[int]:
-        """The guarded ``mark_done`` as one ``executemany`` of tuples; a short count is read back."""
-        params = [{"p_id": i, "p_attempt": a, "p_result": blob, "p_now": now} for i, a, blob in rows]
-        if self._executemany(conn, sql.mark_done, params) == len(rows):
-            return {i for i, _, _ in rows}
-        return self.finished_by(conn, sql, rows)
-
-    def _executemany(
+    def executemany(
         self, conn: Connection, stmt: Any, params: Sequence[dict[str, Any]], columns: tuple[str, ...] | None = None
     ) -> int:
-        """Run ``stmt`` once per parameter set through ``sqlite3``'s own ``executemany``; the rows it changed.
+        """Through ``sqlite3``'s own ``executemany``, each parameter set a plain tuple.
 
         SQLAlchemy builds and type-processes every parameter set of a
-        statement in Python; with a few dozen rows per tick that was a fifth
-        of the loop's time at one-by-one throughput. The statement is compiled
-        once to positional SQL, and each set becomes a plain tuple: every
-        column here binds as ``sqlite3`` takes it (numbers, text, bytes, None).
-        ``columns``: for an ``INSERT``, the columns every set gives.
+        statement in Python; with a few dozen rows per tick (jobs, attempts,
+        the guarded "mark done") that was a fifth of the loop's time at
+        one-by-one throughput. The statement is compiled once to positional
+        SQL: every column here binds as ``sqlite3`` takes it (numbers, text,
+        bytes, None), and ``_positional`` refuses any other type.
         """
         given = tuple(params[0])
-        key = ("positional", id(stmt), columns, given)
-        compiled = self._derived(key, lambda: _positional(conn, stmt, columns, given))
-        if compiled.stmt is not stmt:  # another statement now has that id: the first one is gone
-            compiled = self._built[key] = _positional(conn, stmt, columns, given)
+        # Statements compare by identity: the key keeps the statement (a cached one) alive.
+        compiled = self._derived(("positional", stmt, columns, given), lambda: _positional(conn, stmt, columns, given))
         if len(params) == 1:
             return int(conn.exec_driver_sql(compiled.sql, compiled.bind(params[0])).rowcount)
         return int(conn.exec_driver_sql(compiled.sql, [compiled.bind(p) for p in params]).rowcount)
@@ -216,10 +199,9 @@ _LONGEST_RETRY = 0.001
 class _Positional:
     """A statement compiled for ``sqlite3`` (``?`` placeholders), and how to bind one parameter set to it."""
 
-    __slots__ = ("stmt", "sql", "_names", "_spec")
+    __slots__ = ("sql", "_names", "_spec")
 
-    def __init__(self, stmt: Any, sql: str, spec: list[tuple[str, bool, Any]]) -> None:
-        self.stmt = stmt  # kept alive, so that its id names it in the cache
+    def __init__(self, sql: str, spec: list[tuple[str, bool, Any]]) -> None:
         self.sql = sql
         # Every placeholder from the parameter set (the common case), or some
         # from the statement's own values (``state = 'done'``, ``error = NULL``).
@@ -234,7 +216,7 @@ class _Positional:
 
 
 def _positional(conn: Connection, stmt: Any, columns: tuple[str, ...] | None, given: tuple[str, ...]) -> _Positional:
-    """Compile ``stmt`` once for :meth:`SQLiteDriver._executemany` (``given``: the keys of its parameter sets)."""
+    """Compile ``stmt`` once for :meth:`SQLiteDriver.executemany` (``given``: the keys of its parameter sets)."""
     compiled = stmt.compile(dialect=conn.dialect, column_keys=None if columns is None else list(columns))
     if not compiled.positional or compiled.positiontup is None:
         raise TypeError(f"{conn.dialect.name} does not bind positionally")
@@ -247,7 +229,7 @@ def _positional(conn: Connection, stmt: Any, columns: tuple[str, ...] | None, gi
         (name, name in given, None if name in given else compiled.binds[name].effective_value)
         for name in compiled.positiontup
     ]
-    return _Positional(stmt, str(compiled), spec)
+    return _Positional(str(compiled), spec)
 
 
 #: The column types whose values sqlite3 binds unconverted (for ``_positional``).
