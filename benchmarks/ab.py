@@ -16,6 +16,19 @@ for ``--rounds`` rounds, so that drift of the machine falls on both. The table
 gives, per metric, the median of A's runs, of B's, and B / A (for rates higher
 is better, for times lower); the JSON keeps every run's value and rows.
 
+The machine's speed drifts even between rounds a minute apart, and a short
+cell (map with chunksize 64 takes ~25 ms) moves with it. Where a metric has
+a ratio to a baseline timed interleaved within the same run (PPE, a plain
+INSERT+COMMIT loop; the row's ``ratio_of`` says which), the table also gives
+``B / A (÷ base)``: the median of B's per-run ratios over A's. The baseline's
+pace then cancels out, and that column is the one to trust. ``p`` says
+whether the two sides differ beyond the runs' own spread: an exact
+Mann-Whitney test of those per-run ratios (of the values where a metric has
+no baseline), the share of all ways to deal the pooled runs into two sides
+of these sizes that look at least as lopsided by rank. With 5 + 5 runs the
+smallest possible is 0.008, with 3 + 3 it is 0.1: above 0.05, the difference
+is noise as far as these runs can tell.
+
 Options it does not know (``--quick``, ``--set``, ``--workers``, ``--no-baselines``) are
 passed on to ``benchmarks/run.py``. Both revisions must import with the packages
 installed in this interpreter.
@@ -25,14 +38,18 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import itertools
 import json
+import math
 import os
+import random
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,6 +90,32 @@ def _run(side: str, src: Path, passthrough: list[str], out: Path, log: Path) -> 
         raise SystemExit(f"side {side}: the run imported dbexecutor from {used}, not from {src}")
     data["exit_code"] = code
     return data
+
+
+def permutation_p(a: list[float], b: list[float], limit: int = 20_000) -> float | None:
+    """Two-sided exact Mann-Whitney test: the share of splits of the pooled runs whose rank sum strays as far.
+
+    Every split of the pooled values into sides of these sizes is tried (or
+    ``limit`` random ones): ranks, not values, so one wild run cannot decide.
+    """
+    if len(a) < 2 or len(b) < 2:
+        return None
+    pooled = sorted(a + b)
+    # Mid-ranks for ties.
+    rank = {v: (pooled.index(v) + len(pooled) - pooled[::-1].index(v) + 1) / 2 for v in pooled}
+    ranks = [rank[v] for v in a + b]
+    expected = len(a) * (len(pooled) + 1) / 2
+    observed = abs(sum(ranks[: len(a)]) - expected)
+    if math.comb(len(ranks), len(a)) <= limit:
+        splits: Iterable[tuple[float, ...]] = itertools.combinations(ranks, len(a))
+    else:
+        rng = random.Random(0)
+        splits = (tuple(rng.sample(ranks, len(a))) for _ in range(limit))
+    total = hits = 0
+    for side in splits:
+        total += 1
+        hits += abs(sum(side) - expected) >= observed - 1e-9
+    return hits / total
 
 
 def _key(row: dict[str, Any]) -> tuple[str, str, str]:
@@ -134,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     # Per metric: every run's dbexecutor value on each side.
     order: list[tuple[str, str, str]] = []
     values: dict[tuple[str, str, str], dict[str, list[float]]] = {}
+    # Each run's ratio to its baseline, measured interleaved within that run.
+    shares: dict[tuple[str, str, str], dict[str, list[float]]] = {}
     units: dict[tuple[str, str, str], str] = {}
     for side in ("A", "B"):
         for data in runs[side]:
@@ -142,22 +187,30 @@ def main(argv: list[str] | None = None) -> int:
                 if k not in values:
                     order.append(k)
                     values[k] = {"A": [], "B": []}
+                    shares[k] = {"A": [], "B": []}
                 units[k] = row["unit"]
                 if row["dbexecutor"] is not None:
                     values[k][side].append(row["dbexecutor"])
-    table = [["scenario", "database", "metric", "A median", "B median", "B / A", "better", "runs"]]
+                if row.get("ratio") is not None:
+                    shares[k][side].append(row["ratio"])
+    table = [["scenario", "database", "metric", "A median", "B median", "B / A", "B / A (÷ base)", "p", "better", "runs"]]
     summary = []
     for k in order:
         a, b = values[k]["A"], values[k]["B"]
         ma = statistics.median(a) if a else None
         mb = statistics.median(b) if b else None
         ratio = None if ma in (None, 0) or mb is None else mb / ma
+        sa, sb = shares[k]["A"], shares[k]["B"]
+        normed = statistics.median(sb) / statistics.median(sa) if sa and sb and statistics.median(sa) else None
+        p = permutation_p(sa, sb) if normed is not None else permutation_p(a, b)
         unit = units[k]
         better = "higher" if unit == "/s" else ("lower" if unit in ("s", "ms", "MB") else "")
         summary.append({"scenario": k[0], "database": k[1], "metric": k[2], "unit": unit, "a": a, "b": b,
-                        "a_median": ma, "b_median": mb, "b_over_a": ratio, "better": better})
+                        "a_median": ma, "b_median": mb, "b_over_a": ratio, "a_base_ratios": sa, "b_base_ratios": sb,
+                        "b_over_a_vs_base": normed, "p": p, "better": better})
         table.append([k[0], k[1], k[2], _fmt(ma, unit), _fmt(mb, unit), "—" if ratio is None else f"{ratio:.3f}",
-                      better, f"{len(a)}+{len(b)}"])
+                      "—" if normed is None else f"{normed:.3f}",
+                      "—" if p is None else f"{p:.3f}", better, f"{len(a)}+{len(b)}"])
     widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
     lines = ["| " + " | ".join(c.ljust(w) for c, w in zip(line, widths)) + " |" for line in table]
     lines.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
