@@ -177,6 +177,14 @@ class Driver:
         """An ``INSERT`` that silently skips rows whose primary key exists."""
         return insert(table).prefix_with("IGNORE")
 
+    def plan_for_many(self, conn: Connection) -> None:
+        """Before a lookup of many ids in this transaction: keep its plan cheap to make (nothing by default).
+
+        Called by the store before it reads the edges out of a batch of
+        finished jobs, where a cost estimate made without statistics grows
+        with the table and the number of ids.
+        """
+
     def edges_out(self, deps: Table, jobs: Table, name: str) -> Select[Any]:
         """``(job_id, depends_on_id, batch)`` of every edge out of the jobs bound to ``name`` (``batch``: the dependent's)."""
         stmt = select(deps.c.job_id, deps.c.depends_on_id, jobs.c.batch).join(jobs, jobs.c.id == deps.c.job_id)

@@ -31,8 +31,14 @@ __all__ = [
 ]
 
 
+#: Ids looked up at once from which the plan is guarded (``Driver.plan_for_many``); fewer cost too little to matter.
+MANY_IDS = 16
+
+
 def dependents(ctx: Context, conn: Connection, upstream: Sequence[int]) -> list[tuple[int, int, bool]]:
     """``(dependent, upstream, dependent is a batch)`` for every edge out of ``upstream``."""
+    if len(upstream) >= MANY_IDS:
+        ctx.driver.plan_for_many(conn)
     pairs: list[tuple[int, int, bool]] = []
     for part in chunks(list(upstream)):
         pairs += [(int(a), int(b), bool(c)) for a, b, c in conn.execute(ctx.sql.edges_out, {"p_ids": list(part)})]
