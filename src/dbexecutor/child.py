@@ -199,14 +199,14 @@ def _load(call: Call, signer: serialization.Signer) -> tuple[Callable[..., Any],
     """The call a job makes, with the upstream results it takes in place of their references."""
     # With a secret, a payload that fails its signature raises here, before anything is unpickled.
     fn, args, kwargs = serialization.load_payload(call.payload, signer, call.job_id)
-    refs = set(serialization.collect_refs(args, kwargs))
+    refs = set(serialization.collect_refs(args, kwargs, call.refs))
     if refs:
         missing = sorted(refs - call.inputs.keys())
         if missing:
             raise RuntimeError(f"upstream job(s) {missing} have no stored result")
         # Each result is checked against its own job id before it is unpickled.
         values = {i: serialization.load_result(call.inputs[i], i, signer) for i in refs}
-        args, kwargs = serialization.resolve_refs(args, kwargs, values)
+        args, kwargs = serialization.resolve_refs(args, kwargs, values, call.refs)
     return fn, args, kwargs
 
 

@@ -29,7 +29,7 @@ from .future import JobFuture
 from .queues import EVERY, check_name, program_queue, serving
 from .pool import default_context, default_workers
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
-from .records import Final, GroupInfo, NewJob
+from .records import Dep, Final, GroupInfo, NewJob, Unwritten
 from .store import Store
 
 __all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
@@ -644,23 +644,41 @@ class DBExecutor(Executor):
         """
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
-        deps: list[int] = []
-        refs: list[int] = []  # the deps whose results are arguments (after= only orders)
-        found = upstream if upstream is not None else []
         in_transaction = opts.connection is not None
+        # An upstream submitted by this executor and not written yet stays
+        # unwritten (its row and this one go in with the same commit, or in
+        # order), rather than being written now to learn its id: a chain of
+        # submits would otherwise cost a commit per link. Not for a keyed job
+        # or a caller's transaction: those are written at once, below their
+        # upstreams' rows.
+        deferred = not in_transaction and opts.key is None
+        deps: dict[Dep, None] = {}  # ordered, without repeats
+        refs: dict[Dep, int] = {}  # the deps whose results are arguments (after= only orders), and their positions
+        found = upstream if upstream is not None else []
+        seen: dict[Future[Any], Dep] = {}  # one decision per future, written or not
+
+        def dep_of(f: Future[Any]) -> Dep:
+            dep = seen.get(f)
+            if dep is None:
+                if deferred and isinstance(f, JobFuture) and self._scheduler.queued_here(f):
+                    dep = Unwritten(f)
+                else:
+                    dep = self._dependency(f, in_transaction)
+                seen[f] = dep
+                found.append(f)
+            return dep
 
         def to_ref(x: Any) -> Any:
             if isinstance(x, Future):
-                refs.append(self._dependency(x, in_transaction))
-                deps.append(refs[-1])
-                found.append(x)
-                return serialization.JobRef(refs[-1])
+                dep = dep_of(x)
+                deps[dep] = None
+                position = refs.setdefault(dep, len(refs))
+                return serialization.JobRef(dep) if isinstance(dep, int) else serialization.ArgRef(position)
             return x
 
         args, kwargs = serialization.map_arguments(args, kwargs, to_ref)
         for f in after:
-            deps.append(self._dependency(f, in_transaction))
-            found.append(f)
+            deps[dep_of(f)] = None
         try:
             payload = serialization.dump_payload(fn, args, kwargs, self._store.signer)
             limit = self._store.driver.max_payload
@@ -678,8 +696,8 @@ class DBExecutor(Executor):
         return NewJob(
             fn_name=fn_name or serialization.qualified_name(fn),
             payload=payload,
-            deps=tuple(dict.fromkeys(deps)),
-            refs=tuple(dict.fromkeys(refs)),
+            deps=tuple(deps),
+            refs=tuple(refs),
             key=opts.key,
             group=opts.group,
             queue=opts.queue if opts.queue is not None else self.queue,

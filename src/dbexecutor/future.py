@@ -78,6 +78,11 @@ class JobFuture(Future[T], Generic[T]):
         self._job_id = value
         self._flusher = None
 
+    def awaits(self, flusher: Callable[[], None]) -> bool:
+        """Whether the job is still waiting for ``flusher`` (its executor's submit queue) to write it."""
+        pending = self._flusher
+        return self._job_id is None and pending is not None and pending == flusher
+
     @property
     def stored(self) -> bool:
         """True once the job's row is committed (``submit`` may return a moment before)."""

@@ -60,14 +60,16 @@ class Call(NamedTuple):
     """Run one job: ``attempt`` is its lease token, ``payload`` the signed pickle of the call.
 
     ``inputs`` maps upstream job ids to their stored (signed) result pickles:
-    the ones the payload's ``JobRef`` arguments name, or, for a row that did
-    not record them, every done upstream's.
+    the ones the payload's ``JobRef`` and ``ArgRef`` arguments name, or, for
+    a row that did not record them, every done upstream's. ``refs`` is the
+    row's ``arg_refs``, in order: an ``ArgRef`` names its upstream by position there.
     """
 
     job_id: int
     attempt: int
     payload: bytes
     inputs: dict[int, bytes]
+    refs: tuple[int, ...] = ()
 
 
 class Calls(NamedTuple):

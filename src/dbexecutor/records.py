@@ -23,6 +23,9 @@ from . import states
 
 __all__ = [
     "NewJob",
+    "Unwritten",
+    "Earlier",
+    "Dep",
     "Submitted",
     "Claimed",
     "Report",
@@ -69,13 +72,44 @@ def parse_refs(text: str | None) -> tuple[int, ...] | None:
 # -- what the executor and the scheduler exchange with the store ---------------------------------
 
 
+class Unwritten:
+    """A dependency on a job this process submitted whose row is not written yet.
+
+    ``submit`` gives it instead of an id, so that a chain of submits (each
+    taking the previous future) does not write its rows one commit at a time
+    just to learn each upstream's id: the submit queue turns it into the id,
+    or into :class:`Earlier` when both rows go in with the same write.
+    Compared by identity: one per upstream future.
+    """
+
+    __slots__ = ("future",)
+
+    def __init__(self, future: Any) -> None:
+        self.future = future
+
+    def __repr__(self) -> str:
+        return f"Unwritten({self.future!r})"
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """A dependency on the ``index``-th job of the same write: its id is known once that row is inserted."""
+
+    index: int
+
+
+#: What a new job's ``deps`` and ``refs`` hold: a job id, or a job still being written.
+Dep = int | Unwritten | Earlier
+
+
 @dataclass(frozen=True)
 class NewJob:
     """What ``submit`` hands the store: a pickled payload and the row's options."""
 
     fn_name: str
     payload: bytes
-    deps: tuple[int, ...]
+    # Ids, except while an upstream is still being written (see Unwritten and Earlier).
+    deps: tuple[Dep, ...]
     key: str | None = None
     group: str = states.DEFAULT_GROUP
     queue: str = states.DEFAULT_QUEUE
@@ -86,7 +120,7 @@ class NewJob:
     run_after: float | None = None
     submitted_by: str | None = None
     batch: bool = False  # a container whose ``deps`` are its children, in order
-    refs: tuple[int, ...] = ()  # the deps whose results the payload takes as arguments
+    refs: tuple[Dep, ...] = ()  # the deps whose results the payload takes as arguments, in the payload's ArgRef order
     retry_delay: float | None = None  # backoff base for this job (None: the executor's default)
 
     @property

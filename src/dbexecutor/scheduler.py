@@ -56,7 +56,7 @@ from .states import DEFAULT_QUEUE, DONE
 from .stats import SchedulerStats
 from .store import Store
 from .store.sql import Scope
-from .submitqueue import Item, SubmitQueue, short_error
+from .submitqueue import Item, SubmitQueue, resolve_deps, short_error
 from .supervisor import Supervisor
 from .wakeup import DueTimes, Wakeup
 
@@ -225,6 +225,10 @@ class Scheduler:
         """
         return self._queue.put(jobs) if jobs else []
 
+    def queued_here(self, fut: JobFuture[Any]) -> bool:
+        """Whether ``fut``'s job waits in this executor's submit queue (it can be named as :class:`Unwritten`)."""
+        return self._queue.holds(fut)
+
     def flush(self) -> None:
         """Write every queued submit now, in the caller's thread (one transaction).
 
@@ -245,6 +249,8 @@ class Scheduler:
         Returns the jobs' futures, resolved already if a row was final on arrival.
         """
         self.flush()  # ids follow submission order
+        # Every upstream queued before these is written now: name them by id.
+        jobs = [resolve_deps(job, {}) for job in jobs]
         if len(jobs) == 1:
             rows, futs = self._registry.write_and_track(lambda: [self.store.insert_job(jobs[0], now)], futures)
         else:
@@ -527,6 +533,7 @@ class Scheduler:
             items, more = self._queue.take(_PENDING_PER_TICK)
             if more:
                 self.wake(work=True)  # the rest in the next tick, at once
+            items, rows = self._queue.resolve(items)
             if not items and not self._reports:
                 if limit > 0:
                     probe = not self._wakeup.take_work_hint()
@@ -539,17 +546,16 @@ class Scheduler:
                         self.stats.started(len(claimed))
                     self._claimed += claimed
                 return
-            written = self._commit(items, limit)
+            written = self._commit(items, rows, limit)
         if written is not None:
             self._resolve(*written)
 
-    def _commit(self, items: list[Item], limit: int) -> tuple[list[Submitted], Finished] | None:
-        """Insert ``items``, record the reports and claim up to ``limit`` jobs; None if rows were refused."""
+    def _commit(self, items: list[Item], rows: list[NewJob], limit: int) -> tuple[list[Submitted], Finished] | None:
+        """Insert ``items`` (as ``rows``), record the reports and claim up to ``limit`` jobs; None if rows were refused."""
         try:
             started = time.monotonic()
             inserted, done, claimed = self.store.finish_and_claim(
-                self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), [job for job, _ in items],
-                self._scope(),
+                self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), rows, self._scope(),
             )
             if self._reports:
                 self.pace.tick_recorded(time.monotonic() - started)

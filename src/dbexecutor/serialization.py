@@ -4,7 +4,7 @@ Data flow of one job::
 
     submit(fn, *args)          child                       parent / any reader
     ─────────────────          ─────                       ───────────────────
-    futures → JobRef    ──►    JobRef → upstream result
+    futures → JobRef    ──►    JobRef, ArgRef → upstream result
     dump_payload()      ──►    load_payload(), run fn  ──►  load_result() / load_exception()
                                dump_result() or dump_exception()
 
@@ -28,6 +28,7 @@ import pickle
 import pickletools
 import sys
 import traceback
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from .errors import CannotRunHere, DependencyFailed, PayloadRejected, RemoteError
@@ -158,6 +159,26 @@ class JobRef:
         return f"JobRef({self.job_id})"
 
 
+class ArgRef:
+    """Stands in for the future of an upstream job not written yet when the payload was pickled.
+
+    ``index`` is the upstream's position in the job's ``arg_refs`` (the ids
+    the row records once both are written): a chain submitted faster than
+    it is written need not wait for each id to pickle the next link.
+    """
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (ArgRef, (self.index,))
+
+    def __repr__(self) -> str:
+        return f"ArgRef({self.index})"
+
+
 class RemoteTraceback(Exception):
     """The traceback of an exception raised in a child, as text (set as ``__cause__``)."""
 
@@ -276,13 +297,25 @@ def load_result(data: bytes, job_id: int, signer: Signer = UNSIGNED) -> Any:
     return loads(signer.open(data, result_context(job_id), f"the result of job {job_id}"))
 
 
-def collect_refs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
-    """Job ids of the ``JobRef`` placeholders in a loaded payload."""
+def _upstream_id(x: Any, refs: Sequence[int]) -> int | None:
+    """The upstream job id a placeholder stands for (None: not a placeholder)."""
+    if type(x) is JobRef:
+        return x.job_id
+    if type(x) is ArgRef:
+        if not 0 <= x.index < len(refs):
+            raise RuntimeError(f"the payload names upstream result {x.index}, but the row records {len(refs)}")
+        return refs[x.index]
+    return None
+
+
+def collect_refs(args: tuple[Any, ...], kwargs: dict[str, Any], refs: Sequence[int] = ()) -> list[int]:
+    """Job ids of the ``JobRef`` and ``ArgRef`` placeholders in a loaded payload (``refs``: the row's ``arg_refs``)."""
     found: list[int] = []
 
     def visit(x: Any) -> Any:
-        if type(x) is JobRef:
-            found.append(x.job_id)
+        job_id = _upstream_id(x, refs)
+        if job_id is not None:
+            found.append(job_id)
         return x
 
     map_arguments(args, kwargs, visit)
@@ -290,10 +323,15 @@ def collect_refs(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[int]:
 
 
 def resolve_refs(
-    args: tuple[Any, ...], kwargs: dict[str, Any], results: dict[int, Any]
+    args: tuple[Any, ...], kwargs: dict[str, Any], results: dict[int, Any], refs: Sequence[int] = ()
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Replace each ``JobRef`` by the upstream job's result."""
-    return map_arguments(args, kwargs, lambda x: results[x.job_id] if type(x) is JobRef else x)
+    """Replace each placeholder by the upstream job's result."""
+
+    def swap(x: Any) -> Any:
+        job_id = _upstream_id(x, refs)
+        return x if job_id is None else results[job_id]
+
+    return map_arguments(args, kwargs, swap)
 
 
 class _BatchResult:

@@ -10,10 +10,17 @@
 One writer at a time, so ids follow submission order. A burst of submits
 costs one commit, and a job submitted to an idle executor starts after a
 single commit. Until it is written a job exists only in this process.
+
+A job may depend on one queued before it (a chain: each submit takes the
+previous future). Its row then names that upstream as :class:`Unwritten`;
+the writer turns it into the upstream's id if that was written by an
+earlier commit, or into :class:`Earlier` (its position in the same write),
+so the whole chain goes in with one commit instead of one per link.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -25,15 +32,42 @@ from sqlalchemy.exc import DBAPIError
 from .flags import ExecutorFlags
 from .future import JobFuture
 from .registry import Registry
-from .records import NewJob, Submitted
+from .records import Dep, Earlier, NewJob, Submitted, Unwritten
 from .store import Store
 
-__all__ = ["SubmitQueue", "Item", "short_error"]
+__all__ = ["SubmitQueue", "Item", "NotWritten", "resolve_deps", "short_error"]
 
 log = logging.getLogger("dbexecutor")
 
 #: A queued job and the future ``submit`` returned for it.
 Item = tuple[NewJob, JobFuture[Any]]
+
+
+class NotWritten(ValueError):
+    """A queued job's upstream was never written (the database refused its row, or it was dropped)."""
+
+
+def resolve_deps(job: NewJob, positions: dict[Any, int]) -> NewJob:
+    """``job`` with each :class:`Unwritten` upstream named by its id, or as :class:`Earlier` (``positions``:
+    the futures of the jobs ahead of it in the same write, by index). Raises :class:`NotWritten`."""
+    named: dict[Dep, Dep] = {}
+    for dep in job.deps:
+        if type(dep) is not Unwritten:
+            continue
+        fut = dep.future
+        if fut.stored:
+            named[dep] = fut.job_id
+        elif fut in positions:
+            named[dep] = Earlier(positions[fut])
+        else:
+            error = fut.exception(timeout=0) if fut.done() and not fut.cancelled() else None
+            why = f": {error}" if error is not None else (" (cancelled)" if fut.cancelled() else "")
+            raise NotWritten(f"upstream {fut!r} of this {job.fn_name} job was never stored{why}")
+    if not named:
+        return job
+    return dataclasses.replace(
+        job, deps=tuple(named.get(d, d) for d in job.deps), refs=tuple(named.get(d, d) for d in job.refs)
+    )
 
 
 class SubmitQueue:
@@ -50,6 +84,10 @@ class SubmitQueue:
 
     def __len__(self) -> int:
         return len(self._items)
+
+    def holds(self, fut: JobFuture[Any]) -> bool:
+        """Whether ``fut``'s job waits here to be written."""
+        return fut.awaits(self.flush)
 
     def put(self, jobs: Sequence[NewJob]) -> list[JobFuture[Any]]:
         """Queue jobs for the next commit of submits (one wake-up for all); their futures get ids then."""
@@ -74,6 +112,31 @@ class SubmitQueue:
                 items, self._items = self._items[:limit], self._items[limit:]
             return items, bool(self._items)
 
+    def resolve(self, items: Sequence[Item]) -> tuple[list[Item], list[NewJob]]:
+        """The rows to write for ``items`` (taken, in order): upstreams not written yet named (see :func:`resolve_deps`).
+
+        A job whose upstream was never stored fails (its future raises
+        :class:`NotWritten`) and is left out: returns the items kept and their rows.
+        """
+        wanted = {d.future for job, _ in items for d in job.deps if type(d) is Unwritten}
+        if not wanted:  # the common case: nothing to name
+            return list(items), [job for job, _ in items]
+        positions: dict[Any, int] = {}
+        kept: list[Item] = []
+        rows: list[NewJob] = []
+        for job, fut in items:
+            try:
+                row = resolve_deps(job, positions)
+            except NotWritten as error:
+                log.error("a %s job could not be stored: %s", job.fn_name, error)
+                fut._set_exception_quietly(error)
+                continue
+            if fut in wanted:
+                positions[fut] = len(kept)
+            kept.append((job, fut))
+            rows.append(row)
+        return kept, rows
+
     def requeue(self, items: Sequence[Item]) -> None:
         """Put jobs that could not be written back at the front (the database is unreachable)."""
         with self._lock:
@@ -90,10 +153,9 @@ class SubmitQueue:
         queued); a row the database refuses fails that job's future instead.
         """
         with self._writer:
-            items, _ = self.take()
+            items, jobs = self.resolve(self.take()[0])
             if not items:
                 return
-            jobs = [job for job, _ in items]
             try:
                 rows, _ = self._registry.write_and_track(
                     lambda: self._store.insert_jobs(jobs, self._store.now()), [fut for _, fut in items]
@@ -114,9 +176,13 @@ class SubmitQueue:
 
     def write_one_by_one(self, items: Sequence[Item]) -> None:
         """The database refused a group of rows: write them singly, and fail the futures of those it refuses."""
-        for n, (job, fut) in enumerate(items):
+        for n, item in enumerate(items):
+            kept, rows_of = self.resolve([item])
+            if not kept:
+                continue  # its upstream was refused before it: failed already
+            (job, fut), row = item, rows_of[0]
             try:
-                rows, _ = self._registry.write_and_track(lambda: self._store.insert_jobs([job], self._store.now()), [fut])
+                rows, _ = self._registry.write_and_track(lambda: self._store.insert_jobs([row], self._store.now()), [fut])
             except (DBAPIError, ValueError) as error:
                 if not self.refused(error):
                     self.requeue(items[n:])

@@ -307,7 +307,7 @@ class Supervisor:
             if len(c.queue) == 1:
                 c.head_started()
             log.debug("job %d (%s) attempt %d -> child %d", job.job_id, job.fn_name, job.attempt, c.pid)
-            calls.setdefault(c, []).append(Call(job.job_id, job.attempt, job.payload, inputs))
+            calls.setdefault(c, []).append(Call(job.job_id, job.attempt, job.payload, inputs, job.refs or ()))
         for c, batch in calls.items():
             try:
                 c.conn.send(batch[0] if len(batch) == 1 else Calls(tuple(batch)))

@@ -83,6 +83,8 @@ class Driver:
     #: One writer at a time for the whole database (SQLite): a transaction that has written holds
     #: every other writer back until it ends, this process's own executor included.
     single_writer: ClassVar[bool] = False
+    #: :meth:`reserve_ids` hands out job ids before their rows are inserted.
+    reserves_ids: ClassVar[bool] = False
 
     def __init__(self, url: URL) -> None:
         self.url = url
@@ -233,6 +235,14 @@ class Driver:
             return [int(x) for x in conn.execute(stmt, list(rows)).scalars()]
         # Without RETURNING (MySQL), one statement per row: each reports its own id.
         return [self._insert_one(conn, table, row) for row in rows]
+
+    def reserve_ids(self, conn: Connection, table: Table, n: int) -> list[int]:
+        """``n`` new ids of ``table``, ascending, for rows this transaction inserts with them (``reserves_ids``).
+
+        Rows that depend on each other in one write then go in with one
+        statement: each knows its upstream's id before anything is inserted.
+        """
+        raise NotImplementedError(f"{self.label} does not hand out ids before the insert")
 
     def _insert_one(self, conn: Connection, table: Table, row: dict[str, Any]) -> int:
         key = conn.execute(insert(table), row).inserted_primary_key

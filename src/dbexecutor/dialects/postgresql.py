@@ -44,6 +44,7 @@ class PostgreSQLDriver(Driver):
     label = "PostgreSQL"
     extra = "postgresql"
     supports_notify = True
+    reserves_ids = True
     # Deadlock, serialization failure, lock not available, admin shutdown, crash shutdown, cannot connect now.
     _TRANSIENT = {"40P01", "40001", "55P03", "57P01", "57P02", "57P03"}
 
@@ -199,18 +200,22 @@ class PostgreSQLDriver(Driver):
             return [self._insert_one(conn, table, rows[0])]
         # A multi-row INSERT ... RETURNING makes psycopg parse a new long query
         # text on every call; reserving the ids first keeps the insert's text fixed.
+        ids = self.reserve_ids(conn, table, len(rows))
+        self.insert_rows(conn, table, [{**row, "id": job_id} for row, job_id in zip(rows, ids)])
+        return ids
+
+    def reserve_ids(self, conn: Connection, table: Table, n: int) -> list[int]:
+        """``n`` values of the ``id`` column's sequence in one round trip, sorted (rows inserted with them keep their order)."""
         seq = self._sequences.get(table.name)
         if seq is None:
             seq = conn.execute(text("SELECT pg_get_serial_sequence(:t, 'id')"), {"t": table.name}).scalar_one()
             self._sequences[table.name] = seq
-        ids = sorted(
+        return sorted(
             int(i)
             for i in conn.execute(
-                text("SELECT nextval(CAST(:s AS regclass)) FROM generate_series(1, :n)"), {"s": seq, "n": len(rows)}
+                text("SELECT nextval(CAST(:s AS regclass)) FROM generate_series(1, :n)"), {"s": seq, "n": n}
             ).scalars()
         )
-        self.insert_rows(conn, table, [{**row, "id": job_id} for row, job_id in zip(rows, ids)])
-        return ids
 
     def finish_done(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float) -> set[int]:
         """One ``UPDATE ... FROM unnest(...) RETURNING``: the rows it finished are exactly the ids returned."""

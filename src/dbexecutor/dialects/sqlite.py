@@ -42,6 +42,7 @@ class SQLiteDriver(Driver):
     label = "SQLite"
     explain_prefix = "EXPLAIN QUERY PLAN "
     single_writer = True
+    reserves_ids = True
     lock_wait = 30.0  # seconds a statement waits for another connection's lock before "database is locked"
 
     def __init__(self, url: URL) -> None:
@@ -126,12 +127,16 @@ class SQLiteDriver(Driver):
         """
         if len(rows) == 1:
             return [self._insert_one(conn, table, rows[0])]
-        # The sequence remembers ids whose rows were purged (AUTOINCREMENT); the
-        # largest id covers a table made without it.
-        last = conn.execute(self._derived(("last_id", table.name), lambda: _last_id(conn, table))).scalar_one()
-        ids = list(range(int(last) + 1, int(last) + 1 + len(rows)))
+        ids = self.reserve_ids(conn, table, len(rows))
         self.insert_rows(conn, table, [{**row, "id": job_id} for row, job_id in zip(rows, ids)])
         return ids
+
+    def reserve_ids(self, conn: Connection, table: Table, n: int) -> list[int]:
+        """The next ``n`` ids after the largest given out: the write lock this transaction holds keeps them its own."""
+        # The sequence remembers ids whose rows were purged (AUTOINCREMENT); the
+        # largest id covers a table made without it. Inserting the rows moves the sequence past them.
+        last = conn.execute(self._derived(("last_id", table.name), lambda: _last_id(conn, table))).scalar_one()
+        return list(range(int(last) + 1, int(last) + 1 + n))
 
     def executemany(
         self, conn: Connection, stmt: Any, params: Sequence[dict[str, Any]], columns: tuple[str, ...] | None = None

@@ -16,13 +16,14 @@ the claim could only have picked them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, NamedTuple
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import Row
 
 from .. import schema
-from ..records import Claimed, Finished, NewJob, Submitted, format_refs
+from ..records import Claimed, Dep, Earlier, Finished, NewJob, Submitted, format_refs
 from . import dag
 from .context import Context, chunks
 from .sql import Scope
@@ -83,6 +84,14 @@ def groups_done(ctx: Context, todo: dict[str, int | None]) -> None:
 # -- rows -------------------------------------------------------------------------------------------
 
 
+def ids_of(deps: Sequence[Dep]) -> tuple[int, ...]:
+    """``deps`` as the ids they must be by now (the submit queue and :func:`insert_many` name the others)."""
+    for d in deps:
+        if type(d) is not int:
+            raise TypeError(f"the store writes job ids, not {d!r}: an upstream still being written was not named")
+    return tuple(deps)  # type: ignore[arg-type]
+
+
 def _row(job: NewJob, state: str, now: float, open_deps: int = 0) -> dict[str, Any]:
     """The columns of ``job``'s new row (every row of a multi-row insert has the same keys)."""
     return {
@@ -97,7 +106,7 @@ def _row(job: NewJob, state: str, now: float, open_deps: int = 0) -> dict[str, A
         "timeout": job.timeout,
         "retries": job.retries,
         "retry_delay": job.retry_delay,
-        "arg_refs": format_refs(job.refs),
+        "arg_refs": format_refs(ids_of(job.refs)),
         "failed_upstream": None,
         "open_deps": open_deps,
         "run_after": job.run_after,
@@ -121,14 +130,15 @@ def lock_upstream(ctx: Context, conn: Connection, ids: Iterable[int]) -> dict[in
     return found
 
 
-def _row_after(ctx: Context, job: NewJob, upstream: dict[int, Row[Any]], now: float) -> dict[str, Any]:
+def _row_after(ctx: Context, job: NewJob, upstream: dict[int, Any], now: float) -> dict[str, Any]:
     """``job``'s new row, its state decided by its (locked) upstream rows."""
     state, result, error, finished, cause = schema.READY, None, None, None, None
     open_deps = 0
     if job.deps:
-        rows = [upstream[d] for d in job.deps if d in upstream]
-        if len(rows) < len(job.deps):
-            missing = sorted(set(job.deps) - upstream.keys())
+        deps = ids_of(job.deps)
+        rows = [upstream[d] for d in deps if d in upstream]
+        if len(rows) < len(deps):
+            missing = sorted(set(deps) - upstream.keys())
             raise ValueError(f"dependency job(s) {missing} do not exist in this database")
         # The first failure (in time) decides, as when it happens later.
         for r in sorted(rows, key=lambda r: (r.state != schema.FAILED, r.finished_at or 0.0, r.id)):
@@ -146,17 +156,21 @@ def _row_after(ctx: Context, job: NewJob, upstream: dict[int, Row[Any]], now: fl
     return row
 
 
-def _insert_edges(ctx: Context, conn: Connection, jobs: Sequence[NewJob], ids: Sequence[int]) -> None:
-    """The dependency edges of ``jobs``, just inserted as ``ids`` (a batch's keep their positions)."""
-    edges = [
+def _edges(jobs: Sequence[NewJob], ids: Sequence[int]) -> list[dict[str, Any]]:
+    """The dependency edges of ``jobs``, inserted as ``ids`` (a batch's keep their positions)."""
+    return [
         {"job_id": job_id, "depends_on_id": d, "position": i if job.batch else None}
         for job, job_id in zip(jobs, ids)
         for i, d in enumerate(job.deps)
     ]
-    ctx.driver.insert_rows(conn, ctx.tables.deps, edges)
 
 
-def _insert_with_deps(ctx: Context, conn: Connection, job: NewJob, now: float, upstream: dict[int, Row[Any]]) -> Submitted:
+def _insert_edges(ctx: Context, conn: Connection, jobs: Sequence[NewJob], ids: Sequence[int]) -> None:
+    """Insert the dependency edges of ``jobs``, just inserted as ``ids``."""
+    ctx.driver.insert_rows(conn, ctx.tables.deps, _edges(jobs, ids))
+
+
+def _insert_with_deps(ctx: Context, conn: Connection, job: NewJob, now: float, upstream: dict[int, Any]) -> Submitted:
     """Insert one job (no key lookup) with its edges; ``upstream``: its upstream rows, already locked."""
     row = _row_after(ctx, job, upstream, now)
     # A batch is never ready: with every child already done it is rolled up below.
@@ -178,7 +192,7 @@ def insert_job(ctx: Context, conn: Connection, job: NewJob, now: float) -> tuple
         if found is not None:
             return found, {}
     groups = ensure_groups(ctx, conn, [job])
-    out = _insert_with_deps(ctx, conn, job, now, lock_upstream(ctx, conn, job.deps))
+    out = _insert_with_deps(ctx, conn, job, now, lock_upstream(ctx, conn, ids_of(job.deps)))
     ctx.notify(
         conn,
         ready=runnable_on_arrival(job, out.state, now),
@@ -193,34 +207,100 @@ def insert_many(
     """Insert ``jobs`` (no keys) in the caller's transaction, ids in input order.
 
     Every upstream row (a batch's too) is locked first, in id order; then each
-    run of jobs goes in as one multi-row statement, with one more for all
-    their edges. Only a batch (rolled up on insert) goes alone. ``lease``:
-    ``(owner, ttl, limit)``: the ``limit`` best runnable rows (priority, then
-    order) go in leased to ``owner``, as a claim would lease them; the caller
-    has made sure that nothing else is runnable.
+    run of jobs goes in as one multi-row statement, and all their edges with
+    one more at the end. Only a batch (rolled up on insert) goes alone, and a
+    job that depends on one in its run (:class:`Earlier`) starts a new run:
+    its row records that upstream's id. ``lease``: ``(owner, ttl, limit)``:
+    the ``limit`` best runnable rows (priority, then order) go in leased to
+    ``owner``, as a claim would lease them; the caller has made sure that
+    nothing else is runnable.
     """
     if any(job.key is not None for job in jobs):
         raise ValueError("keyed jobs go through insert_job, which looks the key up first")
-    upstream = lock_upstream(ctx, conn, [d for job in jobs for d in job.deps])
+    # Upstream rows by id: locked ones, and (below) rows this write inserted that later jobs depend on.
+    upstream: dict[int, Any] = lock_upstream(ctx, conn, [d for job in jobs for d in job.deps if type(d) is int])
+    # The positions of the jobs others here depend on: their new rows stand in for locked upstream rows.
+    wanted = {d.index for job in jobs for d in job.deps if type(d) is Earlier}
+    if wanted and ctx.driver.reserves_ids and not any(job.batch for job in jobs):
+        return _insert_reserved(ctx, conn, jobs, now, upstream, wanted)
+    ids: list[int] = []
+    edges: list[dict[str, Any]] = []
     out: list[Submitted] = []
     i = 0
     while i < len(jobs):
         if jobs[i].batch:
-            out.append(_insert_with_deps(ctx, conn, jobs[i], now, upstream))
+            job = _named(jobs[i], ids)
+            out.append(_insert_with_deps(ctx, conn, job, now, upstream))
+            ids.append(out[-1].job_id)
             i += 1
             continue
-        end = i
-        while end < len(jobs) and not jobs[end].batch:
+        end = i + 1
+        while end < len(jobs) and not jobs[end].batch and not _needs_earlier(jobs[end], i):
             end += 1
-        run = jobs[i:end]
+        run = [_named(job, ids) for job in jobs[i:end]]
         rows = [_row_after(ctx, job, upstream, now) for job in run]
         if lease is not None:
             _mark_leased(run, rows, now, *lease)
-        ids = ctx.driver.insert_job_rows(conn, ctx.tables.jobs, rows)
-        _insert_edges(ctx, conn, run, ids)
-        out += [Submitted(x, row["state"], row["result"]) for x, row in zip(ids, rows)]
+        new_ids = ctx.driver.insert_job_rows(conn, ctx.tables.jobs, rows)
+        edges += _edges(run, new_ids)
+        for n, (job_id, row) in enumerate(zip(new_ids, rows), start=i):
+            out.append(Submitted(job_id, row["state"], row["result"]))
+            if n in wanted:
+                upstream[job_id] = _NewRow(job_id, row["state"], row["result"], row["finished_at"])
+        ids += new_ids
         i = end
+    ctx.driver.insert_rows(conn, ctx.tables.deps, edges)
     return out
+
+
+def _insert_reserved(
+    ctx: Context, conn: Connection, jobs: Sequence[NewJob], now: float, upstream: dict[int, Any], wanted: set[int]
+) -> list[Submitted]:
+    """Jobs that depend on each other (a chain) with ids reserved first: one statement for the rows, one for the edges."""
+    ids = ctx.driver.reserve_ids(conn, ctx.tables.jobs, len(jobs))
+    named: list[NewJob] = []
+    rows: list[dict[str, Any]] = []
+    for n, job in enumerate(jobs):
+        job = _named(job, ids, n)
+        row = _row_after(ctx, job, upstream, now)
+        row["id"] = ids[n]
+        if n in wanted:
+            upstream[ids[n]] = _NewRow(ids[n], row["state"], row["result"], row["finished_at"])
+        named.append(job)
+        rows.append(row)
+    ctx.driver.insert_rows(conn, ctx.tables.jobs, rows)
+    ctx.driver.insert_rows(conn, ctx.tables.deps, _edges(named, ids))
+    return [Submitted(job_id, row["state"], row["result"]) for job_id, row in zip(ids, rows)]
+
+
+class _NewRow(NamedTuple):
+    """A row inserted by this transaction, read as :func:`lock_upstream` reads an upstream row."""
+
+    id: int
+    state: str
+    result: bytes | None
+    finished_at: float | None
+
+
+def _needs_earlier(job: NewJob, start: int) -> bool:
+    """Whether ``job`` depends on a job of the same write at ``start`` or later (not inserted before its run)."""
+    return any(type(d) is Earlier and d.index >= start for d in job.deps)
+
+
+def _named(job: NewJob, ids: Sequence[int], known: int | None = None) -> NewJob:
+    """``job`` with its :class:`Earlier` upstreams named by their ids (the first ``known`` of ``ids``: all by default)."""
+    if not job.deps:
+        return job
+    known = len(ids) if known is None else known
+    named: dict[Dep, int] = {}
+    for d in job.deps:
+        if type(d) is Earlier:
+            if d.index >= known:
+                raise ValueError(f"job {d.index} of this write is not inserted before the job that depends on it")
+            named[d] = ids[d.index]
+    if not named:
+        return job
+    return replace(job, deps=tuple(named.get(d, d) for d in job.deps), refs=tuple(named.get(d, d) for d in job.refs))
 
 
 def notify_changes(
@@ -286,4 +366,5 @@ def leased_on_insert(jobs: Sequence[NewJob], rows: Sequence[Submitted]) -> list[
     """The claims of the rows that went in leased, in the order a claim would have taken them."""
     got = [(job, row) for job, row in zip(jobs, rows) if row.state == schema.LEASED]
     got.sort(key=lambda pair: (-pair[0].priority, pair[1].job_id))
-    return [Claimed(row.job_id, 1, job.payload, job.fn_name, job.timeout, job.refs, job.retry_delay) for job, row in got]
+    # Only a job with no upstream goes in leased: it takes no results (refs ()).
+    return [Claimed(row.job_id, 1, job.payload, job.fn_name, job.timeout, (), job.retry_delay) for job, row in got]
