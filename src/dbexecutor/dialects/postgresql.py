@@ -24,17 +24,11 @@ from sqlalchemy import (
     text,
     true,
 )
-from sqlalchemy import event
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .. import schema
 from .base import Driver
-
-#: Runs of a statement after which psycopg prepares it on the server (its default), on a connection of its own session.
-PREPARE_AFTER = 5
-#: Key in a pooled connection's ``info``: True when it is its server session (see ``setup_engine``).
-OWN_SESSION = "dbexecutor.own_session"
 
 if TYPE_CHECKING:
     from ..store.sql import Statements
@@ -61,48 +55,21 @@ class PostgreSQLDriver(Driver):
     # -- connecting -------------------------------------------------------------------------------
 
     def engine_options(self) -> dict[str, Any]:
-        # Nothing is prepared on the server by default (psycopg's
-        # prepare_threshold=None: each statement is parsed and planned where it
-        # runs, as an unnamed statement), and nothing is SET on a connection:
-        # both are session state, and a transaction pooler (PgBouncer in
-        # transaction mode, which before 1.21 knows nothing of prepared
-        # statements) hands each transaction whichever server connection is
-        # free: a statement psycopg prepared on one is missing on the next, or
-        # another client's is already there, and a SET lands on a connection
-        # other clients get. A connection that is its server session gets
-        # both back (setup_engine).
+        # Nothing is prepared on the server (psycopg's prepare_threshold=None:
+        # each statement is parsed and planned where it runs, as an unnamed
+        # statement), and nothing is SET on a connection. Both are session
+        # state, and a transaction pooler (PgBouncer in transaction mode, which
+        # before 1.21 knows nothing of prepared statements) hands each
+        # transaction whichever server connection is free: a statement psycopg
+        # prepared on one is missing on the next, or another client's is
+        # already there, and a SET lands on a connection other clients get.
+        #
+        # What the connect-time settings of earlier versions did is covered
+        # without them: an unnamed statement gets a custom plan every time,
+        # for its own parameters (no stale generic plan made while a table
+        # was small), and JIT is the server's setting (README, "PgBouncer").
+        # The cost of never preparing is in docs/benchmarks.md.
         return {**super().engine_options(), "connect_args": {"prepare_threshold": None}}
-
-    def setup_engine(self, engine: Engine) -> None:
-        @event.listens_for(engine, "connect")
-        def _connect(dbapi_conn: Any, record: Any) -> None:
-            # A connection is its own server session when the server process
-            # answering it is the one named at connect time (BackendKeyData).
-            # A pooler that hands transactions to whichever server connection
-            # is free cannot name one server process for the client's life, so
-            # it gives a process id of its own (PgBouncer does), and such a
-            # connection keeps no session state. Its own session gets what a
-            # pooled one must do without:
-            # - statements prepared after five runs (psycopg's default): no
-            #   parse and analysis each time, 0.3 ms of a 3.5 ms round trip here;
-            # - plan_cache_mode = force_custom_plan: still planned for each
-            #   run's own values, so no generic plan made while a table was small
-            #   outlives it (with autovacuum off nothing would replace it: 500
-            #   ids by primary key took 129 ms a call in the random-DAG benchmark);
-            # - jit = off: every statement here is short, and an estimate made
-            #   without statistics can pass jit_above_cost (Driver.plan_for_many
-            #   covers pooled connections for the one statement seen to).
-            with dbapi_conn.cursor() as cur:
-                cur.execute("SELECT pg_backend_pid()")
-                row = cur.fetchone()
-                own = row is not None and row[0] == dbapi_conn.info.backend_pid
-                if own:
-                    cur.execute("SET jit = off")
-                    cur.execute("SET plan_cache_mode = force_custom_plan")
-            dbapi_conn.commit()
-            if own:
-                dbapi_conn.prepare_threshold = PREPARE_AFTER
-            record.info[OWN_SESSION] = own
 
     def server_time(self, conn: Connection) -> float:
         # clock_timestamp(), not now(): now() is the transaction's start.
@@ -153,8 +120,6 @@ class PostgreSQLDriver(Driver):
         return cast(ColumnElement[bool], column == any_(func.array(ids.scalar_subquery())))
 
     def plan_for_many(self, conn: Connection) -> None:
-        if conn.info.get(OWN_SESSION):
-            return  # JIT is off for the whole session already (setup_engine)
         # No JIT compile for the rest of this transaction. A table never
         # analyzed (autovacuum off, or the first minute of a fresh table)
         # is estimated at 1/200 of its rows per id looked up: with a few
