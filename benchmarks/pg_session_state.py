@@ -5,13 +5,17 @@
 Variants (applied to this process's engine only: the jobs here are trivial and
 never touch the database from a child):
 
+- ``auto``: prepared after five runs, JIT off, and the server's default plan
+  cache mode (a generic plan once it looks no worse than the custom ones);
 - ``prepare`` (dbexecutor before it supported PgBouncer): psycopg's default
   ``prepare_threshold`` (5: a statement is prepared on the server at its
   sixth run), and ``SET jit = off; SET plan_cache_mode = force_custom_plan``
   once per connection;
 - ``noprep+set``: ``prepare_threshold=None`` (never prepare), ``SET jit = off``
   once per connection (session state: not for a transaction pooler);
-- ``noprep`` (dbexecutor since): ``prepare_threshold=None`` and no session state at all;
+- ``noprep`` (dbexecutor since PgBouncer support): ``prepare_threshold=None``
+  and no session state at all (a transaction that reads the edges out of
+  many finished jobs turns JIT off with ``SET LOCAL``);
 - ``noprep+local``: ``prepare_threshold=None`` and ``SET LOCAL jit = off`` at the
   start of every transaction (no session state, one more statement each);
 - ``pgbouncer``: ``noprep`` through the PgBouncer URL (with ``--pgbouncer``).
@@ -49,7 +53,8 @@ from typing import Any
 from sqlalchemy import event, select
 
 from dbexecutor import DBExecutor
-from dbexecutor.dialects import Dialect, PostgreSQLDialect
+from dbexecutor.dialects.base import Driver as Dialect
+from dbexecutor.dialects.postgresql import PostgreSQLDriver as PostgreSQLDialect
 from dbexecutor.store import Store
 
 from . import jobs
@@ -96,11 +101,12 @@ def _set_local(self: PostgreSQLDialect, engine: Any) -> None:
 
 VARIANTS: dict[str, tuple[Callable[..., Any], Callable[..., Any], bool]] = {
     # name: (engine_options, setup_engine, through PgBouncer)
-    "prepare": (_prepare_options, _set_both, False),  # before PgBouncer support
+    "auto": (_prepare_options, _set_jit, False),  # prepared, generic plans allowed (the server's default), no JIT
+    "prepare": (_prepare_options, _set_both, False),  # before PgBouncer support (the same settings, always)
     "noprep+set": (_noprep_options, _set_jit, False),
-    "noprep": (_noprep_options, _nothing, False),  # since
+    "noprep": (_noprep_options, _nothing, False),  # dbexecutor since PgBouncer support
     "noprep+local": (_noprep_options, _set_local, False),
-    "pgbouncer": (_noprep_options, _nothing, True),
+    "pgbouncer": (_ORIGINAL_OPTIONS, _ORIGINAL_SETUP, True),  # dbexecutor through PgBouncer
 }
 
 

@@ -218,6 +218,41 @@ def test_no_session_settings_reach_other_clients(bouncer):
     assert all(s == defaults for s in seen), (defaults, seen)
 
 
+def test_a_large_lookup_turns_jit_off_for_its_transaction_only(bouncer):
+    """JIT stays the server's, except while the edges out of many finished jobs are read (SET LOCAL).
+
+    On tables never analyzed that lookup's estimate passed jit_above_cost
+    and the server compiled for 30-100 ms a statement of 1 ms. Through a
+    pooler the setting must end with the transaction: the server
+    connection goes to other clients next.
+    """
+    from sqlalchemy import insert
+
+    from dbexecutor import schema
+    from dbexecutor.store import dag
+
+    store = bouncer.store()
+    try:
+        j, d = store.tables.jobs, store.tables.deps
+        now = time.time()
+        with store.engine.begin() as conn:
+            conn.execute(insert(j), [{"state": schema.DONE, "fn_name": "f", "payload": b"x", "created_at": now}] * 40)
+            ids = [int(i) for i in conn.execute(select(j.c.id).order_by(j.c.id)).scalars()]
+            conn.execute(insert(d), [{"job_id": ids[-1], "depends_on_id": u} for u in ids[:-1]])
+        with store.engine.connect() as conn:
+            default = conn.exec_driver_sql("SHOW jit").scalar()
+            conn.rollback()
+            if default == "off":
+                _skip("the server (or this role) has JIT off already")
+            with conn.begin():
+                assert len(dag.dependents(store.ctx, conn, ids[:-1])) == len(ids) - 1
+                assert conn.exec_driver_sql("SHOW jit").scalar() == "off"
+            with conn.begin():
+                assert conn.exec_driver_sql("SHOW jit").scalar() == default
+    finally:
+        store.close()
+
+
 # -- the executor through PgBouncer -------------------------------------------------------------
 
 
