@@ -149,6 +149,16 @@ def test_a_durable_chain_and_a_batch_map_over_queued_futures(db):
     assert batch.result(timeout=T) == [10, 21, 32]
 
 
+def test_map_over_futures_not_written_yet(db):
+    ex = db.executor()
+    with scheduler_of(ex).hold_writes():
+        ups = [ex.submit(jobs.identity, i) for i in range(5)]
+        results = ex.map(jobs.add, ups, range(5))  # queued behind their upstreams, nothing written yet
+        assert db.jobs() == []
+    assert list(results) == [0, 2, 4, 6, 8]
+    assert {r.state for r in db.jobs()} == {"done"}
+
+
 def test_the_store_inserts_rows_that_depend_on_rows_of_the_same_write(store):
     now = store.now()
     a = NewJob("tests.a", b"a", ())

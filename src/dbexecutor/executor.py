@@ -352,6 +352,51 @@ class Batch(JobFuture[list[Any]]):
             self.cancel()
 
 
+class _Upstreams:
+    """The dependencies of one call being prepared: ids, or :class:`Unwritten` for jobs still queued here.
+
+    An upstream submitted by this executor and not written yet stays
+    unwritten (its row and the new one go in with the same commit, or in
+    order) rather than being written now to learn its id: a chain of submits
+    would otherwise cost a commit per link. In the payload it is an
+    ``ArgRef``, its position among the results the call takes.
+    """
+
+    def __init__(self, executor: DBExecutor, in_transaction: bool, defer: bool) -> None:
+        self._executor = executor
+        self._in_transaction = in_transaction
+        self._defer = defer
+        self.deps: dict[Dep, None] = {}  # ordered, without repeats
+        self.refs: dict[Dep, int] = {}  # the deps whose results are arguments (after= only orders), by position
+        self.futures: list[Future[Any]] = []  # each upstream future once
+        self._seen: dict[Future[Any], Dep] = {}  # one decision per future, written or not
+
+    def _dep(self, f: Future[Any]) -> Dep:
+        dep = self._seen.get(f)
+        if dep is None:
+            ex = self._executor
+            if self._defer and isinstance(f, JobFuture) and ex._scheduler.queued_here(f):
+                dep = Unwritten(f)
+            else:
+                dep = ex._dependency(f, self._in_transaction)
+            self._seen[f] = dep
+            self.futures.append(f)
+        return dep
+
+    def argument(self, x: Any) -> Any:
+        """``x``, or the placeholder the payload holds for it if it is a future (a dependency whose result it takes)."""
+        if not isinstance(x, Future):
+            return x
+        dep = self._dep(x)
+        self.deps[dep] = None
+        position = self.refs.setdefault(dep, len(self.refs))
+        return serialization.JobRef(dep) if isinstance(dep, int) else serialization.ArgRef(position)
+
+    def order_after(self, f: Future[Any]) -> None:
+        """``after=``: a dependency for ordering only."""
+        self.deps[self._dep(f)] = None
+
+
 class DBExecutor(Executor):
     """A ``concurrent.futures.Executor`` whose only durable state is a database.
 
@@ -644,41 +689,14 @@ class DBExecutor(Executor):
         """
         if not callable(fn):
             raise TypeError(f"{fn!r} is not callable")
-        in_transaction = opts.connection is not None
-        # An upstream submitted by this executor and not written yet stays
-        # unwritten (its row and this one go in with the same commit, or in
-        # order), rather than being written now to learn its id: a chain of
-        # submits would otherwise cost a commit per link. Not for a keyed job
-        # or a caller's transaction: those are written at once, below their
-        # upstreams' rows.
-        deferred = not in_transaction and opts.key is None
-        deps: dict[Dep, None] = {}  # ordered, without repeats
-        refs: dict[Dep, int] = {}  # the deps whose results are arguments (after= only orders), and their positions
-        found = upstream if upstream is not None else []
-        seen: dict[Future[Any], Dep] = {}  # one decision per future, written or not
-
-        def dep_of(f: Future[Any]) -> Dep:
-            dep = seen.get(f)
-            if dep is None:
-                if deferred and isinstance(f, JobFuture) and self._scheduler.queued_here(f):
-                    dep = Unwritten(f)
-                else:
-                    dep = self._dependency(f, in_transaction)
-                seen[f] = dep
-                found.append(f)
-            return dep
-
-        def to_ref(x: Any) -> Any:
-            if isinstance(x, Future):
-                dep = dep_of(x)
-                deps[dep] = None
-                position = refs.setdefault(dep, len(refs))
-                return serialization.JobRef(dep) if isinstance(dep, int) else serialization.ArgRef(position)
-            return x
-
-        args, kwargs = serialization.map_arguments(args, kwargs, to_ref)
+        # Not for a keyed job or a caller's transaction: those are written at
+        # once, below their upstreams' rows.
+        named = _Upstreams(self, opts.connection is not None, defer=opts.connection is None and opts.key is None)
+        args, kwargs = serialization.map_arguments(args, kwargs, named.argument)
         for f in after:
-            deps[dep_of(f)] = None
+            named.order_after(f)
+        if upstream is not None:
+            upstream += named.futures
         try:
             payload = serialization.dump_payload(fn, args, kwargs, self._store.signer)
             limit = self._store.driver.max_payload
@@ -696,8 +714,8 @@ class DBExecutor(Executor):
         return NewJob(
             fn_name=fn_name or serialization.qualified_name(fn),
             payload=payload,
-            deps=tuple(deps),
-            refs=tuple(refs),
+            deps=tuple(named.deps),
+            refs=tuple(named.refs),
             key=opts.key,
             group=opts.group,
             queue=opts.queue if opts.queue is not None else self.queue,
