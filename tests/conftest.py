@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import Connection, create_engine, insert, select, text
 
 from dbexecutor import DBExecutor
 from dbexecutor.store import Store
@@ -134,6 +135,22 @@ class DB:
     def options(self) -> dict[str, Any]:
         """Keyword arguments that put a ``DBExecutor`` on this test's tables."""
         return {"prefix": self.prefix, **FAST}
+
+
+def insert_done(conn: Connection, store: Store, n: int) -> list[int]:
+    """Insert ``n`` finished jobs straight into the table (in ``conn``'s transaction); every job id, ascending."""
+    row = {"state": "done", "fn_name": "f", "payload": b"x", "created_at": time.time()}
+    jobs = store.tables.jobs
+    conn.execute(insert(jobs), [row] * n)
+    return [int(i) for i in conn.execute(select(jobs.c.id).order_by(jobs.c.id)).scalars()]
+
+
+def fan_in(store: Store, n: int) -> list[int]:
+    """``n`` finished jobs, the last depending on every other one (committed); their ids."""
+    with store.engine.begin() as conn:
+        ids = insert_done(conn, store, n)
+        conn.execute(insert(store.tables.deps), [{"job_id": ids[-1], "depends_on_id": u} for u in ids[:-1]])
+    return ids
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

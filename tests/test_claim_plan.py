@@ -14,6 +14,7 @@ import time
 import pytest
 from sqlalchemy import insert, select, text
 
+from conftest import fan_in, insert_done
 from dbexecutor import schema
 from dbexecutor.store.sql import Scope
 
@@ -114,10 +115,8 @@ def test_edges_out_of_finished_jobs_are_found_by_index_without_statistics(db):
     """
     store = db.store()
     j, d = store.tables.jobs, store.tables.deps
-    now = time.time()
     with store.engine.begin() as conn:
-        conn.execute(insert(j), [{"state": schema.DONE, "fn_name": "f", "payload": b"x", "created_at": now}] * 6000)
-        ids = [int(i) for i in conn.execute(select(j.c.id).order_by(j.c.id)).scalars()]
+        ids = insert_done(conn, store, 6000)
         root, uppers, lowers = ids[0], ids[1:3001], ids[3001:]
         # One upstream with 2,999 dependents skews any estimate; the others have one each.
         edges = [{"job_id": x, "depends_on_id": root} for x in lowers] + [
@@ -156,12 +155,7 @@ def test_many_finished_jobs_are_looked_up_without_a_jit_compile(db):
     from dbexecutor.store import dag
 
     store = db.store()
-    j, d = store.tables.jobs, store.tables.deps
-    now = time.time()
-    with store.engine.begin() as conn:
-        conn.execute(insert(j), [{"state": schema.DONE, "fn_name": "f", "payload": b"x", "created_at": now}] * 100)
-        ids = [int(i) for i in conn.execute(select(j.c.id).order_by(j.c.id)).scalars()]
-        conn.execute(insert(d), [{"job_id": ids[-1], "depends_on_id": u} for u in ids[:-1]])
+    ids = fan_in(store, 100)
 
     def jit(conn):
         return conn.exec_driver_sql("SHOW jit").scalar() if db.kind == "postgresql" else None
@@ -193,15 +187,13 @@ def test_repeated_statements_are_planned_for_the_table_as_it_is_now(db):
     """
     store = db.store()
     j = store.tables.jobs
-    now = time.time()
     with store.engine.begin() as conn:
-        conn.execute(insert(j), [{"state": schema.DONE, "fn_name": "f", "payload": b"x", "created_at": now}] * 20)
+        ids = insert_done(conn, store, 20)
     with store.engine.connect() as conn:
-        ids = [int(i) for i in conn.execute(select(j.c.id)).scalars()]
         stmt = select(j.c.id).where(store.driver.in_ids(j.c.id, "p_ids"))
         for _ in range(20):  # past psycopg's threshold (5 runs) and the server's five custom plans
             assert len(conn.execute(stmt, {"p_ids": ids[:5]}).all()) == 5
-        conn.execute(insert(j), [{"state": schema.DONE, "fn_name": "f", "payload": b"x", "created_at": now}] * 5000)
+        insert_done(conn, store, 5000)
         for _ in range(12):
             assert len(conn.execute(stmt, {"p_ids": ids[:5]}).all()) == 5
         if db.kind == "postgresql":

@@ -32,7 +32,7 @@ from sqlalchemy import select
 
 import jobs
 from clitools import read, start_worker, stop, wait_for_log
-from conftest import FAST, IN_CI, SELECTED, _check, server_url
+from conftest import FAST, IN_CI, SELECTED, _check, fan_in, server_url
 from dbexecutor import DBExecutor, DependencyFailed
 from dbexecutor.dialects import resolve
 from dbexecutor.errors import ConfigurationError
@@ -226,19 +226,11 @@ def test_a_large_lookup_turns_jit_off_for_its_transaction_only(bouncer):
     pooler the setting must end with the transaction: the server
     connection goes to other clients next.
     """
-    from sqlalchemy import insert
-
-    from dbexecutor import schema
     from dbexecutor.store import dag
 
     store = bouncer.store()
     try:
-        j, d = store.tables.jobs, store.tables.deps
-        now = time.time()
-        with store.engine.begin() as conn:
-            conn.execute(insert(j), [{"state": schema.DONE, "fn_name": "f", "payload": b"x", "created_at": now}] * 40)
-            ids = [int(i) for i in conn.execute(select(j.c.id).order_by(j.c.id)).scalars()]
-            conn.execute(insert(d), [{"job_id": ids[-1], "depends_on_id": u} for u in ids[:-1]])
+        ids = fan_in(store, 40)
         with store.engine.connect() as conn:
             default = conn.exec_driver_sql("SHOW jit").scalar()
             conn.rollback()
