@@ -9,6 +9,7 @@ tests kill a real submitting process and count the rows it left.
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -68,6 +69,28 @@ def test_durable_submit_returns_after_the_commit(db):
         fut = ex.submit(jobs.identity, i)
         assert fut.stored  # no flush, no job_id read
         assert len(_stored_ids(db)) == i + 1
+
+
+def test_durable_submits_from_several_threads(db):
+    """Each durable submit returns with its row committed, while other threads submit and the jobs run."""
+    ex = db.executor(2, durable_submit=True)
+    store = scheduler_of(ex).store
+
+    def submit_some(t: int) -> list:
+        out = []
+        for i in range(15):
+            fut = ex.submit(jobs.identity, (t, i))
+            assert fut.stored and store.existing([fut.job_id]) == {fut.job_id}
+            out.append(fut)
+        return out
+
+    with ThreadPoolExecutor(4) as pool:
+        per_thread = list(pool.map(submit_some, range(4)))
+    futs = [f for fs in per_thread for f in fs]
+    assert [f.result(timeout=T) for f in futs] == [(t, i) for t in range(4) for i in range(15)]
+    for fs in per_thread:
+        assert [f.job_id for f in fs] == sorted(f.job_id for f in fs), "one thread's ids follow its submits"
+    assert len(db.jobs()) == 60
 
 
 def test_queued_submits_run_and_keep_their_order(db):

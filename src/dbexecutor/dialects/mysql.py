@@ -14,8 +14,9 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, Table, text
-from sqlalchemy.engine import Connection
+from sqlalchemy import Select, Table, event, text
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.pool import PoolResetState
 from sqlalchemy.exc import DBAPIError
 
 from .. import schema
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     from ..store.sql import Statements
 
 __all__ = ["MySQLDriver"]
+
+_SERVER_STATUS_IN_TRANS = 1  # pymysql.constants.SERVER_STATUS.SERVER_STATUS_IN_TRANS
 
 
 class MySQLDriver(Driver):
@@ -43,7 +46,28 @@ class MySQLDriver(Driver):
         # READ COMMITTED for every transaction: each statement of a claim or a
         # finalize sees rows committed since the transaction began, as on
         # PostgreSQL, instead of REPEATABLE READ's start-of-transaction snapshot.
-        return {**super().engine_options(), "isolation_level": "READ COMMITTED", "pool_recycle": 3600}
+        #
+        # No unconditional ROLLBACK when a connection goes back to the pool:
+        # PyMySQL sends one even after a COMMIT, a round trip per transaction
+        # (see setup_engine for the reset that replaces it).
+        return {
+            **super().engine_options(),
+            "isolation_level": "READ COMMITTED",
+            "pool_recycle": 3600,
+            "pool_reset_on_return": None,
+        }
+
+    def setup_engine(self, engine: Engine) -> None:
+        @event.listens_for(engine, "reset")
+        def _reset(dbapi_conn: Any, _record: Any, _state: PoolResetState) -> None:
+            # Roll back only what the server says is open: every OK and EOF
+            # packet carries SERVER_STATUS_IN_TRANS (bit 0), which PyMySQL
+            # keeps as ``server_status``. A committed transaction (the usual
+            # case) leaves nothing to roll back; a failed one, or a connection
+            # whose status is unknown, is rolled back as the pool would.
+            status = getattr(dbapi_conn, "server_status", None)
+            if status is None or status & _SERVER_STATUS_IN_TRANS:
+                dbapi_conn.rollback()
 
     def check_server(self, conn: Connection) -> None:
         dialect = conn.dialect
