@@ -7,6 +7,7 @@ tuple, with the statement's own values such as ``state = 'done'`` and
 
 from __future__ import annotations
 
+import threading
 import time
 
 from sqlalchemy import select
@@ -54,3 +55,78 @@ def test_one_finish_alone(store):
         [Report(c.job_id, c.attempt, True, b"alone", "ok", ended_at=now)], "owner-1", 0, 30.0, now
     )
     assert [(f.job_id, f.state, f.result) for f in done.finals] == [(row.job_id, schema.DONE, b"alone")]
+
+
+def _rows_by_id(store, ids):
+    j = store.tables.jobs
+    with store.engine.connect() as conn:
+        return {r.id: r for r in conn.execute(select(j).where(j.c.id.in_(ids)))}
+
+
+def test_finishing_upstreams_counts_down_their_dependents(store):
+    """Each dependent loses one open dependency per upstream finished; a lost lease counts nothing; a batch rolls up.
+
+    On PostgreSQL the finish, the edges and the count-down are one statement;
+    elsewhere three. The rows must say the same.
+    """
+    now = time.time()
+    ups = [s.job_id for s in store.insert_jobs([NewJob("tests.f", b"up %d" % i, ()) for i in range(4)], now)]
+    u1, u2, u3, u4 = ups
+    d1, d2, d3, b = (
+        s.job_id
+        for s in store.insert_jobs(
+            [
+                NewJob("tests.f", b"d1", (u1, u2)),
+                NewJob("tests.f", b"d2", (u1, u2, u3, u4)),
+                NewJob("tests.f", b"d3", (u4,)),
+                NewJob("tests.batch", b"b", (u1, u3), batch=True),
+            ],
+            now,
+        )
+    )
+    claimed = {c.job_id: c for c in store.claim("owner-1", 4, 30.0, now)}
+    assert sorted(claimed) == ups
+    reports = [
+        Report(i, claimed[i].attempt + (1 if i == u4 else 0), True, b"result %d" % i, "ok", ended_at=now)
+        for i in ups  # u4's report names an attempt it no longer holds: its lease was lost
+    ]
+    _, done, _ = store.finish_and_claim(reports, "owner-1", 0, 30.0, now + 1.0)
+    assert done.lost == [u4]
+    assert done.released == 2  # d1 and d2 counted down (d3's only upstream lost its lease)
+    assert {f.job_id: f.state for f in done.finals} == {u1: schema.DONE, u2: schema.DONE, u3: schema.DONE, b: schema.DONE}
+    rows = _rows_by_id(store, [d1, d2, d3, b])
+    assert (rows[d1].state, rows[d1].open_deps) == (schema.READY, 0)
+    assert (rows[d2].state, rows[d2].open_deps) == (schema.WAITING, 1)
+    assert (rows[d3].state, rows[d3].open_deps) == (schema.WAITING, 1)
+    assert (rows[b].state, rows[b].open_deps) == (schema.DONE, 0)
+
+
+def test_a_count_down_waits_for_another_finisher_of_the_same_dependent(store):
+    """Two transactions finishing two upstreams of one job: the second, blocked on the first's lock, subtracts from what it left."""
+    now = time.time()
+    u1, u2 = (s.job_id for s in store.insert_jobs([NewJob("tests.f", b"u1", ()), NewJob("tests.f", b"u2", ())], now))
+    (dep,) = (s.job_id for s in store.insert_jobs([NewJob("tests.f", b"dep", (u1, u2))], now))
+    claimed = {c.job_id: c for c in store.claim("owner-1", 2, 30.0, now)}
+    other = store.engine.connect()
+    try:
+        other.begin()
+        # Another finisher of u2 got there first and holds the dependent's row until it commits.
+        other.execute(store.ctx.sql.count_down, {"p_ids": [dep], "p_k": 1})
+        result: dict[str, object] = {}
+
+        def finish_u1() -> None:
+            report = Report(u1, claimed[u1].attempt, True, b"r1", "ok", ended_at=now)
+            result["done"] = store.finish_and_claim([report], "owner-1", 0, 30.0, now + 1.0)[1]
+
+        worker = threading.Thread(target=finish_u1)
+        worker.start()
+        time.sleep(0.5)
+        assert worker.is_alive(), "the count-down did not wait for the other transaction's lock"
+        other.commit()
+    finally:
+        other.close()
+    worker.join(30)
+    assert not worker.is_alive()
+    assert result["done"].released == 1
+    row = _rows_by_id(store, [dep])[dep]
+    assert (row.state, row.open_deps) == (schema.READY, 0)

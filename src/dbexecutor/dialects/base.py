@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 
 from sqlalchemy import ColumnElement, Insert, Select, Table, bindparam, func, insert, select
 from sqlalchemy.engine import URL, Connection, Engine
@@ -34,7 +34,7 @@ from ..records import Claimed, parse_refs
 if TYPE_CHECKING:
     from ..store.sql import Statements
 
-__all__ = ["Driver", "packets"]
+__all__ = ["Driver", "DoneAndCounted", "packets"]
 
 log = logging.getLogger("dbexecutor.store")
 
@@ -53,6 +53,17 @@ def packets(rows: Sequence[dict[str, Any]], limit: int = PACKET_BYTES) -> Iterat
         size += weight
     if start < len(rows):
         yield rows[start:]
+
+
+class DoneAndCounted(NamedTuple):
+    """What :meth:`Driver.finish_done_counting` did."""
+
+    #: The ids it finished (their attempt still held the lease).
+    won: set[int]
+    #: ``(dependent, upstream, dependent is a batch)`` for every edge out of ``won``.
+    edges: list[tuple[int, int, bool]]
+    #: Waiting dependents (not batches) it counted down.
+    counted: int
 
 
 class Driver:
@@ -288,6 +299,18 @@ class Driver:
         if self.executemany(conn, sql.mark_done, params) == len(rows):
             return {i for i, _, _ in rows}
         return self.finished_by(conn, sql, rows)
+
+    def finish_done_counting(
+        self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float
+    ) -> DoneAndCounted | None:
+        """:meth:`finish_done`, the edges out of the rows it finished, and their dependents counted down: one statement.
+
+        The count-down is that of ``Statements.count_down`` for every dependent
+        that is not a batch (batches are counted down and rolled up by the
+        store, from the edges returned). None (the default): this database
+        has no such statement, and the store runs the three one after another.
+        """
+        return None
 
     def finished_by(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]]) -> set[int]:
         """Which of ``(id, attempt, _)`` are done with that attempt as their token (read back after a short count)."""
