@@ -66,8 +66,8 @@ def _rows_by_id(store, ids):
 def test_finishing_upstreams_counts_down_their_dependents(store):
     """Each dependent loses one open dependency per upstream finished; a lost lease counts nothing; a batch rolls up.
 
-    On PostgreSQL the finish, the edges and the count-down are one statement;
-    elsewhere three. The rows must say the same.
+    On PostgreSQL the finish and the edges out are one statement; elsewhere
+    two. The rows must say the same.
     """
     now = time.time()
     ups = [s.job_id for s in store.insert_jobs([NewJob("tests.f", b"up %d" % i, ()) for i in range(4)], now)]

@@ -34,7 +34,7 @@ from ..records import Claimed, parse_refs
 if TYPE_CHECKING:
     from ..store.sql import Statements
 
-__all__ = ["Driver", "DoneAndCounted", "packets"]
+__all__ = ["Driver", "DoneAndEdges", "packets"]
 
 log = logging.getLogger("dbexecutor.store")
 
@@ -55,15 +55,13 @@ def packets(rows: Sequence[dict[str, Any]], limit: int = PACKET_BYTES) -> Iterat
         yield rows[start:]
 
 
-class DoneAndCounted(NamedTuple):
-    """What :meth:`Driver.finish_done_counting` did."""
+class DoneAndEdges(NamedTuple):
+    """What :meth:`Driver.finish_done_edges` did."""
 
     #: The ids it finished (their attempt still held the lease).
     won: set[int]
     #: ``(dependent, upstream, dependent is a batch)`` for every edge out of ``won``.
     edges: list[tuple[int, int, bool]]
-    #: Waiting dependents (not batches) it counted down.
-    counted: int
 
 
 class Driver:
@@ -300,15 +298,13 @@ class Driver:
             return {i for i, _, _ in rows}
         return self.finished_by(conn, sql, rows)
 
-    def finish_done_counting(
+    def finish_done_edges(
         self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float
-    ) -> DoneAndCounted | None:
-        """:meth:`finish_done`, the edges out of the rows it finished, and their dependents counted down: one statement.
+    ) -> DoneAndEdges | None:
+        """:meth:`finish_done` and the edges out of the rows it finished, in one statement.
 
-        The count-down is that of ``Statements.count_down`` for every dependent
-        that is not a batch (batches are counted down and rolled up by the
-        store, from the edges returned). None (the default): this database
-        has no such statement, and the store runs the three one after another.
+        None (the default): this database has no such statement, and the
+        store reads the edges with ``Statements.edges_out`` afterwards.
         """
         return None
 

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from sqlalchemy import Connection
 
 from .. import schema, serialization
-from ..dialects.base import DoneAndCounted
 from ..errors import PayloadRejected
 from ..records import Final
 from .context import Context, chunks
@@ -58,33 +57,29 @@ def inherited_failure(ctx: Context, upstream: int, blob: bytes | None, *, batch:
 
 
 def release_dependents(
-    ctx: Context, conn: Connection, done_ids: Sequence[int], now: float, counted: DoneAndCounted | None = None
+    ctx: Context, conn: Connection, done_ids: Sequence[int], now: float, edges: list[tuple[int, int, bool]] | None = None
 ) -> tuple[int, list[Final]]:
     """Count down the open dependencies of the jobs waiting on ``done_ids``.
 
     A job reaching zero becomes ready; a batch reaching zero is rolled up to
     done at once, and its own dependents are counted down in turn. Returns
     how many jobs were counted down and the batches that finished.
-    ``counted``: the statement that finished ``done_ids`` also read their
-    edges and counted down the dependents that are not batches.
+    ``edges``: those out of ``done_ids``, read already (by the statement
+    that finished them).
     """
     released = 0
     finals: list[Final] = []
     while done_ids:
         finished_upstreams: dict[int, int] = {}
         batches: set[int] = set()
-        edges = counted.edges if counted is not None else dependents(ctx, conn, done_ids)
-        for dep, _, is_batch in edges:
+        for dep, _, is_batch in edges if edges is not None else dependents(ctx, conn, done_ids):
             finished_upstreams[dep] = finished_upstreams.get(dep, 0) + 1
             if is_batch:
                 batches.add(dep)
+        edges = None  # batches rolled up below: their edges are read in the next round
         by_count: dict[tuple[int, bool], list[int]] = {}
         for dep, k in finished_upstreams.items():
-            if counted is None or dep in batches:
-                by_count.setdefault((k, dep in batches), []).append(dep)
-        if counted is not None:
-            released += counted.counted
-            counted = None  # batches rolled up below release their dependents the usual way
+            by_count.setdefault((k, dep in batches), []).append(dep)
         for (k, is_batch), ids in sorted(by_count.items()):
             stmt = ctx.sql.count_down_batches if is_batch else ctx.sql.count_down
             for part in chunks(sorted(ids)):

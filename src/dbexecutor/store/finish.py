@@ -69,16 +69,14 @@ def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float
     reports = sorted((r for r in reports if not r.finalized), key=lambda r: r.job_id)  # one lock order for every writer
     ok = [r for r in reports if r.ok]
     rows = [(r.job_id, r.attempt, r.blob) for r in ok]
-    counted = None
     if len(rows) >= dag.MANY_IDS:
         ctx.driver.plan_for_many(conn)
-    if rows:
-        # Where the database can, finishing, reading the edges out and counting
-        # down are one statement (a chain's link is then one round trip fewer).
-        counted = ctx.driver.finish_done_counting(conn, ctx.sql, rows, now)
-    won = counted.won if counted is not None else ctx.driver.finish_done(conn, ctx.sql, rows, now) if rows else set()
+    # Where the database can, finishing and reading the edges out are one
+    # statement (a chain's link is then one round trip fewer).
+    found = ctx.driver.finish_done_edges(conn, ctx.sql, rows, now) if rows else None
+    won = found.won if found is not None else ctx.driver.finish_done(conn, ctx.sql, rows, now) if rows else set()
     out.finals += [Final(r.job_id, schema.DONE, r.blob) for r in ok if r.job_id in won]
-    out.released, rolled = dag.release_dependents(ctx, conn, sorted(won), now, counted)
+    out.released, rolled = dag.release_dependents(ctx, conn, sorted(won), now, None if found is None else found.edges)
     out.finals += rolled
     lost = {r.job_id for r in ok} - won
     for rep in reports:
