@@ -205,7 +205,7 @@ def test_repeated_statements_are_planned_for_the_table_as_it_is_now(db):
 
 @pytest.mark.databases("postgresql")
 def test_finishing_and_reading_the_edges_out_is_planned_by_index_without_statistics(db):
-    """PostgreSQL finishes a tick's jobs and reads their edges in one statement: every row it reaches, it reaches by index.
+    """PostgreSQL finishes a tick's jobs, writes their attempt rows and reads their edges in one statement, all by index.
 
     A version that also counted the dependents down in the same statement
     was planned through the state index, every waiting job per finish (a
@@ -228,7 +228,9 @@ def test_finishing_and_reading_the_edges_out_is_planned_by_index_without_statist
     with store.engine.connect() as conn:
         event.listen(conn, "before_cursor_execute", seen)
         with conn.begin() as txn:
-            found = store.driver.finish_done_edges(conn, store.ctx.sql, [(c.job_id, c.attempt, b"r")], now)
+            attempt = {"job_id": c.job_id, "attempt": c.attempt, "worker": "w", "started_at": now, "ended_at": now,
+                       "outcome": "ok", "outcome_lost": "lease lost (ok)", "detail": None}
+            found = store.driver.finish_done_edges(conn, store.ctx.sql, [(c.job_id, c.attempt, b"r")], now, [attempt])
             txn.rollback()
         event.remove(conn, "before_cursor_execute", seen)
         ((statement, params),) = sent

@@ -18,19 +18,23 @@ from dbexecutor.records import NewJob, Report
 
 def test_a_tick_of_finishes_writes_each_row_and_skips_a_lost_lease(store):
     now = time.time()
-    store.insert_jobs([NewJob("tests.f", b"call %d" % i, ()) for i in range(5)], now)
-    claimed = store.claim("owner-1", 5, 30.0, now)
-    assert len(claimed) == 5
-    lost = claimed[2]
+    store.insert_jobs([NewJob("tests.f", b"call %d" % i, ()) for i in range(6)], now)
+    claimed = store.claim("owner-1", 6, 30.0, now)
+    assert len(claimed) == 6
+    lost, failed = claimed[2], claimed.pop()
     reports = [
         # The third report names an attempt its job no longer holds (its lease was lost).
         Report(c.job_id, c.attempt + (1 if c is lost else 0), True, b"result %d" % c.job_id, "ok",
                worker="w:1", started_at=now, ended_at=now + 0.5)
         for c in claimed
+    ] + [  # and one attempt failed, in the same tick (no retries left: the job fails)
+        Report(failed.job_id, failed.attempt, False, b"error", "exception", "ValueError: no",
+               worker="w:1", started_at=now, ended_at=now + 0.5)
     ]
     _, done, _ = store.finish_and_claim(reports, "owner-1", 0, 30.0, now + 1.0)
     won = [c.job_id for c in claimed if c is not lost]
-    assert sorted(f.job_id for f in done.finals) == won and done.lost == [lost.job_id]
+    assert sorted(f.job_id for f in done.finals if f.state == schema.DONE) == won and done.lost == [lost.job_id]
+    assert [(f.job_id, f.state) for f in done.finals if f.state != schema.DONE] == [(failed.job_id, schema.FAILED)]
     j, a = store.tables.jobs, store.tables.attempts
     with store.engine.connect() as conn:
         rows = {r.id: r for r in conn.execute(select(j).where(j.c.id.in_([c.job_id for c in claimed])))}
@@ -43,7 +47,7 @@ def test_a_tick_of_finishes_writes_each_row_and_skips_a_lost_lease(store):
         assert r.finished_at == now + 1.0
     kept = rows[lost.job_id]
     assert (kept.state, kept.result, kept.lease_owner) == (schema.LEASED, None, "owner-1")
-    assert attempts == {(i, "ok") for i in won} | {(lost.job_id, "lease lost (ok)")}
+    assert attempts == {(i, "ok") for i in won} | {(lost.job_id, "lease lost (ok)"), (failed.job_id, "exception")}
 
 
 def test_one_finish_alone(store):

@@ -299,12 +299,20 @@ class Driver:
         return self.finished_by(conn, sql, rows)
 
     def finish_done_edges(
-        self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float
+        self,
+        conn: Connection,
+        sql: Statements,
+        rows: Sequence[tuple[int, int, bytes]],
+        now: float,
+        attempts: Sequence[dict[str, Any]],
     ) -> DoneAndEdges | None:
-        """:meth:`finish_done` and the edges out of the rows it finished, in one statement.
+        """:meth:`finish_done`, the attempt rows of those attempts, and the edges out of the rows it finished: one statement.
 
-        None (the default): this database has no such statement, and the
-        store reads the edges with ``Statements.edges_out`` afterwards.
+        ``attempts``: one row of the attempts table per entry of ``rows``, in
+        the same order, with two outcomes instead of one: ``outcome`` if the
+        row was finished, ``outcome_lost`` if its attempt had lost the lease.
+        None (the default): this database has no such statement; the store
+        finishes, writes the attempt rows and reads the edges one after another.
         """
         return None
 

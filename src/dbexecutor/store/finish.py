@@ -23,7 +23,7 @@ from ..errors import NotRunnable
 from ..records import Final, Finished, Report
 from . import control, dag
 from .context import Context
-from .transitions import AttemptRow, fenced, record_attempts
+from .transitions import AttemptRow, attempt_row, fenced, record_attempts
 
 __all__ = ["finish", "backoff"]
 
@@ -71,9 +71,15 @@ def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float
     rows = [(r.job_id, r.attempt, r.blob) for r in ok]
     if len(rows) >= dag.MANY_IDS:
         ctx.driver.plan_for_many(conn)
-    # Where the database can, finishing and reading the edges out are one
-    # statement (a chain's link is then one round trip fewer).
-    found = ctx.driver.finish_done_edges(conn, ctx.sql, rows, now) if rows else None
+    # Where the database can, finishing, their attempt rows and reading the
+    # edges out are one statement (a chain's link is then two round trips fewer).
+    found = None
+    if rows:
+        written = [
+            {**attempt_row(_attempt(rep, now, lost=False)), "outcome_lost": attempt_row(_attempt(rep, now, lost=True))["outcome"]}
+            for rep in ok
+        ]
+        found = ctx.driver.finish_done_edges(conn, ctx.sql, rows, now, written)
     won = found.won if found is not None else ctx.driver.finish_done(conn, ctx.sql, rows, now) if rows else set()
     out.finals += [Final(r.job_id, schema.DONE, r.blob) for r in ok if r.job_id in won]
     out.released, rolled = dag.release_dependents(ctx, conn, sorted(won), now, None if found is None else found.edges)
@@ -101,20 +107,14 @@ def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float
         else:
             lost.add(rep.job_id)
     out.lost = sorted(lost)
+    # The attempt rows of the reports not written with their finish above.
     record_attempts(
-        ctx,
-        conn,
-        [
-            AttemptRow(
-                rep.job_id,
-                rep.attempt,
-                rep.worker,
-                rep.started_at,
-                rep.ended_at or now,
-                f"lease lost ({rep.outcome})" if rep.job_id in lost else rep.outcome,
-                rep.error,
-            )
-            for rep in reports
-        ],
+        ctx, conn, [_attempt(rep, now, lost=rep.job_id in lost) for rep in reports if not (rep.ok and found is not None)]
     )
     return out
+
+
+def _attempt(rep: Report, now: float, *, lost: bool) -> AttemptRow:
+    """The attempt row of ``rep`` (``lost``: its attempt no longer held the lease, and changed nothing)."""
+    outcome = f"lease lost ({rep.outcome})" if lost else rep.outcome
+    return AttemptRow(rep.job_id, rep.attempt, rep.worker, rep.started_at, rep.ended_at or now, outcome, rep.error)

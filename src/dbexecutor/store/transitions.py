@@ -18,7 +18,7 @@ from sqlalchemy import Connection, Update
 
 from .context import Context
 
-__all__ = ["AttemptRow", "fenced", "record_attempts"]
+__all__ = ["AttemptRow", "attempt_row", "fenced", "record_attempts"]
 
 _OUTCOME_WIDTH = 64  # the attempts.outcome column
 
@@ -42,21 +42,19 @@ def fenced(conn: Connection, stmt: Update, job_id: int, attempt: int, **params: 
     return bool(conn.execute(stmt, {"p_id": job_id, "p_attempt": attempt, **values}).rowcount == 1)
 
 
+def attempt_row(r: AttemptRow) -> dict[str, Any]:
+    """``r`` as the columns of its row in the attempts table."""
+    return {
+        "job_id": r.job_id,
+        "attempt": r.attempt,
+        "worker": r.worker,
+        "started_at": r.started_at,
+        "ended_at": r.ended_at,
+        "outcome": r.outcome[:_OUTCOME_WIDTH],
+        "detail": r.detail,
+    }
+
+
 def record_attempts(ctx: Context, conn: Connection, rows: Sequence[AttemptRow]) -> None:
     """Write attempt rows (one statement where the database allows)."""
-    ctx.driver.insert_rows(
-        conn,
-        ctx.tables.attempts,
-        [
-            {
-                "job_id": r.job_id,
-                "attempt": r.attempt,
-                "worker": r.worker,
-                "started_at": r.started_at,
-                "ended_at": r.ended_at,
-                "outcome": r.outcome[:_OUTCOME_WIDTH],
-                "detail": r.detail,
-            }
-            for r in rows
-        ],
-    )
+    ctx.driver.insert_rows(conn, ctx.tables.attempts, [attempt_row(r) for r in rows])
