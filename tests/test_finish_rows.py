@@ -134,3 +134,39 @@ def test_a_count_down_waits_for_another_finisher_of_the_same_dependent(store):
     assert result["done"].released == 1
     row = _rows_by_id(store, [dep])[dep]
     assert (row.state, row.open_deps) == (schema.READY, 0)
+
+
+def test_a_finish_waiting_for_a_submit_that_holds_its_row_sees_the_new_edge(store):
+    """A dependent submitted in a transaction that holds the upstream's row is counted down by the finish that waited for it.
+
+    The finish's UPDATE waits for that transaction; the edges out must then be
+    read by a statement that starts after it committed. Read in the same
+    statement as the UPDATE (PostgreSQL, one data-modifying CTE: one snapshot,
+    taken before the wait), the new edge was not seen and the dependent
+    waited forever (caught by CI in test_submit_in_transaction).
+    """
+    now = time.time()
+    (up,) = (s.job_id for s in store.insert_jobs([NewJob("tests.f", b"up", ())], now))
+    (c,) = store.claim("owner-1", 1, 30.0, now)
+    submitter = store.engine.connect()
+    try:
+        submitter.begin()
+        (dep,), _, _ = store.insert_through(submitter, [NewJob("tests.f", b"dep", (up,))], now)  # holds up's row
+        result: dict[str, object] = {}
+
+        def finish_up() -> None:
+            report = Report(up, c.attempt, True, b"r", "ok", ended_at=now)
+            result["done"] = store.finish_and_claim([report], "owner-1", 0, 30.0, now + 1.0)[1]
+
+        worker = threading.Thread(target=finish_up)
+        worker.start()
+        time.sleep(0.5)
+        assert worker.is_alive(), "the finish did not wait for the submitting transaction"
+        submitter.commit()
+    finally:
+        submitter.close()
+    worker.join(30)
+    assert not worker.is_alive()
+    assert [f.job_id for f in result["done"].finals] == [up]
+    row = _rows_by_id(store, [dep.job_id])[dep.job_id]
+    assert (row.state, row.open_deps) == (schema.READY, 0)

@@ -18,7 +18,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from sqlalchemy import ColumnElement, Insert, Select, Table, bindparam, func, insert, select
 from sqlalchemy.engine import URL, Connection, Engine
@@ -34,7 +34,7 @@ from ..records import Claimed, parse_refs
 if TYPE_CHECKING:
     from ..store.sql import Statements
 
-__all__ = ["Driver", "DoneAndEdges", "packets"]
+__all__ = ["Driver", "packets"]
 
 log = logging.getLogger("dbexecutor.store")
 
@@ -53,15 +53,6 @@ def packets(rows: Sequence[dict[str, Any]], limit: int = PACKET_BYTES) -> Iterat
         size += weight
     if start < len(rows):
         yield rows[start:]
-
-
-class DoneAndEdges(NamedTuple):
-    """What :meth:`Driver.finish_done_edges` did."""
-
-    #: The ids it finished (their attempt still held the lease).
-    won: set[int]
-    #: ``(dependent, upstream, dependent is a batch)`` for every edge out of ``won``.
-    edges: list[tuple[int, int, bool]]
 
 
 class Driver:
@@ -94,6 +85,8 @@ class Driver:
     single_writer: ClassVar[bool] = False
     #: :meth:`reserve_ids` hands out job ids before their rows are inserted.
     reserves_ids: ClassVar[bool] = False
+    #: :meth:`finish_done_recording` finishes jobs and writes their attempt rows in one statement.
+    finishes_recording: ClassVar[bool] = False
 
     def __init__(self, url: URL) -> None:
         self.url = url
@@ -298,23 +291,23 @@ class Driver:
             return {i for i, _, _ in rows}
         return self.finished_by(conn, sql, rows)
 
-    def finish_done_edges(
+    def finish_done_recording(
         self,
         conn: Connection,
         sql: Statements,
         rows: Sequence[tuple[int, int, bytes]],
         now: float,
         attempts: Sequence[dict[str, Any]],
-    ) -> DoneAndEdges | None:
-        """:meth:`finish_done`, the attempt rows of those attempts, and the edges out of the rows it finished: one statement.
+    ) -> set[int]:
+        """:meth:`finish_done` and the attempt rows of those attempts in one statement; the ids it finished.
 
-        ``attempts``: one row of the attempts table per entry of ``rows``, in
-        the same order, with two outcomes instead of one: ``outcome`` if the
-        row was finished, ``outcome_lost`` if its attempt had lost the lease.
-        None (the default): this database has no such statement; the store
-        finishes, writes the attempt rows and reads the edges one after another.
+        Only where :attr:`finishes_recording`; elsewhere the store finishes,
+        then writes the attempt rows. ``attempts``: one row of the attempts
+        table per entry of ``rows``, in the same order, with two outcomes
+        instead of one: ``outcome`` if the row was finished, ``outcome_lost``
+        if its attempt had lost the lease.
         """
-        return None
+        raise NotImplementedError(f"{self.label} finishes and writes attempt rows one after the other")
 
     def finished_by(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]]) -> set[int]:
         """Which of ``(id, attempt, _)`` are done with that attempt as their token (read back after a short count)."""

@@ -56,27 +56,22 @@ def inherited_failure(ctx: Context, upstream: int, blob: bytes | None, *, batch:
     return serialization.dependency_failure(upstream, blob, ctx.signer), f"DependencyFailed: upstream job {upstream} failed"
 
 
-def release_dependents(
-    ctx: Context, conn: Connection, done_ids: Sequence[int], now: float, edges: list[tuple[int, int, bool]] | None = None
-) -> tuple[int, list[Final]]:
+def release_dependents(ctx: Context, conn: Connection, done_ids: Sequence[int], now: float) -> tuple[int, list[Final]]:
     """Count down the open dependencies of the jobs waiting on ``done_ids``.
 
     A job reaching zero becomes ready; a batch reaching zero is rolled up to
     done at once, and its own dependents are counted down in turn. Returns
-    how many jobs were counted down and the batches that finished.
-    ``edges``: those out of ``done_ids``, read already (by the statement
-    that finished them).
+    how many jobs became ready and the batches that finished.
     """
     released = 0
     finals: list[Final] = []
     while done_ids:
         finished_upstreams: dict[int, int] = {}
         batches: set[int] = set()
-        for dep, _, is_batch in edges if edges is not None else dependents(ctx, conn, done_ids):
+        for dep, _, is_batch in dependents(ctx, conn, done_ids):
             finished_upstreams[dep] = finished_upstreams.get(dep, 0) + 1
             if is_batch:
                 batches.add(dep)
-        edges = None  # batches rolled up below: their edges are read in the next round
         by_count: dict[tuple[int, bool], list[int]] = {}
         for dep, k in finished_upstreams.items():
             by_count.setdefault((k, dep in batches), []).append(dep)

@@ -69,20 +69,19 @@ def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float
     reports = sorted((r for r in reports if not r.finalized), key=lambda r: r.job_id)  # one lock order for every writer
     ok = [r for r in reports if r.ok]
     rows = [(r.job_id, r.attempt, r.blob) for r in ok]
-    if len(rows) >= dag.MANY_IDS:
-        ctx.driver.plan_for_many(conn)
-    # Where the database can, finishing, their attempt rows and reading the
-    # edges out are one statement (a chain's link is then two round trips fewer).
-    found = None
-    if rows:
+    # Where the database can, the finish and its attempt rows are one
+    # statement (a chain's link is then one round trip fewer).
+    recorded = bool(rows) and ctx.driver.finishes_recording
+    if recorded:
         written = [
             {**attempt_row(_attempt(rep, now, lost=False)), "outcome_lost": attempt_row(_attempt(rep, now, lost=True))["outcome"]}
             for rep in ok
         ]
-        found = ctx.driver.finish_done_edges(conn, ctx.sql, rows, now, written)
-    won = found.won if found is not None else ctx.driver.finish_done(conn, ctx.sql, rows, now) if rows else set()
+        won = ctx.driver.finish_done_recording(conn, ctx.sql, rows, now, written)
+    else:
+        won = ctx.driver.finish_done(conn, ctx.sql, rows, now) if rows else set()
     out.finals += [Final(r.job_id, schema.DONE, r.blob) for r in ok if r.job_id in won]
-    out.released, rolled = dag.release_dependents(ctx, conn, sorted(won), now, None if found is None else found.edges)
+    out.released, rolled = dag.release_dependents(ctx, conn, sorted(won), now)
     out.finals += rolled
     lost = {r.job_id for r in ok} - won
     for rep in reports:
@@ -109,7 +108,7 @@ def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float
     out.lost = sorted(lost)
     # The attempt rows of the reports not written with their finish above.
     record_attempts(
-        ctx, conn, [_attempt(rep, now, lost=rep.job_id in lost) for rep in reports if not (rep.ok and found is not None)]
+        ctx, conn, [_attempt(rep, now, lost=rep.job_id in lost) for rep in reports if not (rep.ok and recorded)]
     )
     return out
 
