@@ -105,6 +105,29 @@ def test_finishing_upstreams_counts_down_their_dependents(store):
     assert (rows[b].state, rows[b].open_deps) == (schema.DONE, 0)
 
 
+def _finish_behind(store, other, report, now):
+    """Finish ``report`` in a thread while ``other`` (a connection in an open transaction) holds what it needs.
+
+    Checks that the finish waits, commits ``other``, and returns what the finish did.
+    """
+    result: dict[str, object] = {}
+
+    def finish() -> None:
+        result["done"] = store.finish_and_claim([report], "owner-1", 0, 30.0, now + 1.0)[1]
+
+    worker = threading.Thread(target=finish)
+    try:
+        worker.start()
+        time.sleep(0.5)
+        assert worker.is_alive(), "the finish did not wait for the other transaction"
+        other.commit()
+    finally:
+        other.close()
+    worker.join(30)
+    assert not worker.is_alive()
+    return result["done"]
+
+
 def test_a_count_down_waits_for_another_finisher_of_the_same_dependent(store):
     """Two transactions finishing two upstreams of one job: the second, blocked on the first's lock, subtracts from what it left."""
     now = time.time()
@@ -112,26 +135,11 @@ def test_a_count_down_waits_for_another_finisher_of_the_same_dependent(store):
     (dep,) = (s.job_id for s in store.insert_jobs([NewJob("tests.f", b"dep", (u1, u2))], now))
     claimed = {c.job_id: c for c in store.claim("owner-1", 2, 30.0, now)}
     other = store.engine.connect()
-    try:
-        other.begin()
-        # Another finisher of u2 got there first and holds the dependent's row until it commits.
-        other.execute(store.ctx.sql.count_down, {"p_ids": [dep], "p_k": 1})
-        result: dict[str, object] = {}
-
-        def finish_u1() -> None:
-            report = Report(u1, claimed[u1].attempt, True, b"r1", "ok", ended_at=now)
-            result["done"] = store.finish_and_claim([report], "owner-1", 0, 30.0, now + 1.0)[1]
-
-        worker = threading.Thread(target=finish_u1)
-        worker.start()
-        time.sleep(0.5)
-        assert worker.is_alive(), "the count-down did not wait for the other transaction's lock"
-        other.commit()
-    finally:
-        other.close()
-    worker.join(30)
-    assert not worker.is_alive()
-    assert result["done"].released == 1
+    other.begin()
+    # Another finisher of u2 got there first and holds the dependent's row until it commits.
+    other.execute(store.ctx.sql.count_down, {"p_ids": [dep], "p_k": 1})
+    done = _finish_behind(store, other, Report(u1, claimed[u1].attempt, True, b"r1", "ok", ended_at=now), now)
+    assert done.released == 1
     row = _rows_by_id(store, [dep])[dep]
     assert (row.state, row.open_deps) == (schema.READY, 0)
 
@@ -149,24 +157,9 @@ def test_a_finish_waiting_for_a_submit_that_holds_its_row_sees_the_new_edge(stor
     (up,) = (s.job_id for s in store.insert_jobs([NewJob("tests.f", b"up", ())], now))
     (c,) = store.claim("owner-1", 1, 30.0, now)
     submitter = store.engine.connect()
-    try:
-        submitter.begin()
-        (dep,), _, _ = store.insert_through(submitter, [NewJob("tests.f", b"dep", (up,))], now)  # holds up's row
-        result: dict[str, object] = {}
-
-        def finish_up() -> None:
-            report = Report(up, c.attempt, True, b"r", "ok", ended_at=now)
-            result["done"] = store.finish_and_claim([report], "owner-1", 0, 30.0, now + 1.0)[1]
-
-        worker = threading.Thread(target=finish_up)
-        worker.start()
-        time.sleep(0.5)
-        assert worker.is_alive(), "the finish did not wait for the submitting transaction"
-        submitter.commit()
-    finally:
-        submitter.close()
-    worker.join(30)
-    assert not worker.is_alive()
-    assert [f.job_id for f in result["done"].finals] == [up]
+    submitter.begin()
+    (dep,), _, _ = store.insert_through(submitter, [NewJob("tests.f", b"dep", (up,))], now)  # holds up's row
+    done = _finish_behind(store, submitter, Report(up, c.attempt, True, b"r", "ok", ended_at=now), now)
+    assert [f.job_id for f in done.finals] == [up]
     row = _rows_by_id(store, [dep.job_id])[dep.job_id]
     assert (row.state, row.open_deps) == (schema.READY, 0)

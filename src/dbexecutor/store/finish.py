@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -73,11 +74,7 @@ def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float
     # statement (a chain's link is then one round trip fewer).
     recorded = bool(rows) and ctx.driver.finishes_recording
     if recorded:
-        written = [
-            {**attempt_row(_attempt(rep, now, lost=False)), "outcome_lost": attempt_row(_attempt(rep, now, lost=True))["outcome"]}
-            for rep in ok
-        ]
-        won = ctx.driver.finish_done_recording(conn, ctx.sql, rows, now, written)
+        won = ctx.driver.finish_done_recording(conn, ctx.sql, rows, now, [_both_outcomes(rep, now) for rep in ok])
     else:
         won = ctx.driver.finish_done(conn, ctx.sql, rows, now) if rows else set()
     out.finals += [Final(r.job_id, schema.DONE, r.blob) for r in ok if r.job_id in won]
@@ -117,3 +114,10 @@ def _attempt(rep: Report, now: float, *, lost: bool) -> AttemptRow:
     """The attempt row of ``rep`` (``lost``: its attempt no longer held the lease, and changed nothing)."""
     outcome = f"lease lost ({rep.outcome})" if lost else rep.outcome
     return AttemptRow(rep.job_id, rep.attempt, rep.worker, rep.started_at, rep.ended_at or now, outcome, rep.error)
+
+
+def _both_outcomes(rep: Report, now: float) -> dict[str, Any]:
+    """``rep``'s attempt row with the outcome it gets if its finish wins, and ``outcome_lost`` if the lease was lost."""
+    row = attempt_row(_attempt(rep, now, lost=False))
+    row["outcome_lost"] = attempt_row(_attempt(rep, now, lost=True))["outcome"]
+    return row
