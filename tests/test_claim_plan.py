@@ -236,3 +236,36 @@ def test_finishing_and_writing_the_attempt_rows_is_planned_by_index_without_stat
     assert won == {c.job_id}
     assert f"Index Scan using {store.tables.jobs.name}_pkey" in plan, plan
     assert "Seq Scan" not in plan and "ix_jobs_state" not in plan, plan
+
+
+@pytest.mark.databases("postgresql")
+def test_a_single_submit_looks_for_other_work_once(db):
+    """A job submitted to an idle executor goes in leased by one INSERT that first asks whether anything else is runnable.
+
+    That question (two EXISTS, in a subquery ``f``) was pulled up into the
+    INSERT's SELECT and copied into each of the five places that read
+    ``f.free``: PostgreSQL planned both subqueries five times (0.33 ms of
+    planning per submit, 0.10 with the subquery kept apart).
+    """
+    from sqlalchemy import event
+
+    from dbexecutor.records import NewJob
+
+    store = db.store()
+    sent: list = []
+
+    def seen(conn, cursor, statement, params, context, executemany):  # noqa: ANN001
+        if statement.lstrip().startswith("INSERT INTO " + store.tables.jobs.name):
+            sent.append((statement, params))
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    inserted, _, claimed = store.finish_and_claim([], "plan-test", 2, 30.0, time.time(), [NewJob("f", b"x", ())])
+    event.remove(store.engine, "before_cursor_execute", seen)
+    ((statement, params),) = sent
+    with store.engine.connect() as conn, conn.begin() as txn:
+        plan = "\n".join(conn.exec_driver_sql("EXPLAIN " + statement, params).scalars())
+        txn.rollback()
+    store.close()
+    assert [c.job_id for c in claimed] == [inserted[0].job_id]  # it went in leased
+    assert plan.count("ix_jobs_ready_g") + plan.count(f"Seq Scan on {store.tables.jobs.name}") == 1, plan
+    assert plan.count(f"on {store.tables.groups.name}") == 1, plan

@@ -256,7 +256,11 @@ class Statements:
         j = self.tables.jobs
         group = _p("group", j.c.group_key)
         now = _p("now", j.c.started_at)
-        free = self._free_select(group, now, scope).subquery("f")
+        # OFFSET 0 keeps ``f`` a subquery of its own. Pulled up into the outer
+        # SELECT, its CASE (two EXISTS) was copied into each of the five places
+        # that read ``f.free``, and PostgreSQL planned, and could run, both
+        # subqueries five times: 0.33 ms of planning per submit against 0.10.
+        free = self._free_select(group, now, scope).offset(0).subquery("f")
         mine = free.c.free == 1
         columns: dict[str, Any] = {name: _p(name, j.c[name]) for name in self.LEASED_INSERT_COLUMNS}
         columns["group_key"] = group
