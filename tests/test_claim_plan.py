@@ -203,11 +203,31 @@ def test_repeated_statements_are_planned_for_the_table_as_it_is_now(db):
     store.close()
 
 
+def _plan_of_sent(store, run, starts: str):  # noqa: ANN001
+    """Call ``run()``, catch the one statement it sends that starts with ``starts``; ``run()``'s result and that statement's plan."""
+    from sqlalchemy import event
+
+    sent: list = []
+
+    def seen(conn, cursor, statement, params, context, executemany):  # noqa: ANN001
+        if statement.lstrip().startswith(starts):
+            sent.append((statement, params))
+
+    event.listen(store.engine, "before_cursor_execute", seen)
+    try:
+        out = run()
+    finally:
+        event.remove(store.engine, "before_cursor_execute", seen)
+    ((statement, params),) = sent
+    with store.engine.connect() as conn, conn.begin() as txn:
+        plan = "\n".join(conn.exec_driver_sql("EXPLAIN " + statement, params).scalars())
+        txn.rollback()
+    return out, plan
+
+
 @pytest.mark.databases("postgresql")
 def test_finishing_and_writing_the_attempt_rows_is_planned_by_index_without_statistics(db):
     """PostgreSQL finishes a tick's jobs and writes their attempt rows in one statement: it reaches jobs by primary key only."""
-    from sqlalchemy import event
-
     from dbexecutor.records import NewJob
 
     store = db.store()
@@ -215,23 +235,16 @@ def test_finishing_and_writing_the_attempt_rows_is_planned_by_index_without_stat
     ups = [s.job_id for s in store.insert_jobs([NewJob("f", b"x", ()) for _ in range(3000)], now)]
     store.insert_jobs([NewJob("f", b"y", (u,)) for u in ups], now)
     (c,) = store.claim("plan-test", 1, 30.0, now)
-    sent: list = []
-
-    def seen(conn, cursor, statement, params, context, executemany):  # noqa: ANN001
-        sent.append((statement, params))
-
     attempt = {"job_id": c.job_id, "attempt": c.attempt, "worker": "w", "started_at": now, "ended_at": now,
                "outcome": "ok", "outcome_lost": "lease lost (ok)", "detail": None}
-    with store.engine.connect() as conn:
-        event.listen(conn, "before_cursor_execute", seen)
-        with conn.begin() as txn:
+
+    def finish() -> set[int]:
+        with store.engine.connect() as conn, conn.begin() as txn:
             won = store.driver.finish_done_recording(conn, store.ctx.sql, [(c.job_id, c.attempt, b"r")], now, [attempt])
             txn.rollback()
-        event.remove(conn, "before_cursor_execute", seen)
-        ((statement, params),) = sent
-        with conn.begin() as txn:
-            plan = "\n".join(conn.exec_driver_sql("EXPLAIN " + statement, params).scalars())
-            txn.rollback()
+        return won
+
+    won, plan = _plan_of_sent(store, finish, "WITH fin")
     store.close()
     assert won == {c.job_id}
     assert f"Index Scan using {store.tables.jobs.name}_pkey" in plan, plan
@@ -247,24 +260,14 @@ def test_a_single_submit_looks_for_other_work_once(db):
     ``f.free``: PostgreSQL planned both subqueries five times (0.33 ms of
     planning per submit, 0.10 with the subquery kept apart).
     """
-    from sqlalchemy import event
-
     from dbexecutor.records import NewJob
 
     store = db.store()
-    sent: list = []
-
-    def seen(conn, cursor, statement, params, context, executemany):  # noqa: ANN001
-        if statement.lstrip().startswith("INSERT INTO " + store.tables.jobs.name):
-            sent.append((statement, params))
-
-    event.listen(store.engine, "before_cursor_execute", seen)
-    inserted, _, claimed = store.finish_and_claim([], "plan-test", 2, 30.0, time.time(), [NewJob("f", b"x", ())])
-    event.remove(store.engine, "before_cursor_execute", seen)
-    ((statement, params),) = sent
-    with store.engine.connect() as conn, conn.begin() as txn:
-        plan = "\n".join(conn.exec_driver_sql("EXPLAIN " + statement, params).scalars())
-        txn.rollback()
+    (inserted, _, claimed), plan = _plan_of_sent(
+        store,
+        lambda: store.finish_and_claim([], "plan-test", 2, 30.0, time.time(), [NewJob("f", b"x", ())]),
+        "INSERT INTO " + store.tables.jobs.name,
+    )
     store.close()
     assert [c.job_id for c in claimed] == [inserted[0].job_id]  # it went in leased
     assert plan.count("ix_jobs_ready_g") + plan.count(f"Seq Scan on {store.tables.jobs.name}") == 1, plan
