@@ -235,23 +235,6 @@ class PostgreSQLDriver(Driver):
             ).scalars()
         )
 
-    def finish_done(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float) -> set[int]:
-        """One ``UPDATE ... FROM unnest(...) RETURNING``: the rows it finished are exactly the ids returned."""
-        jobs = sql.tables.jobs
-
-        def build() -> Any:
-            quote = conn.dialect.identifier_preparer.quote
-            return text(
-                f"UPDATE {quote(jobs.name)} AS j SET state = '{schema.DONE}', result = u.result, error = NULL, "
-                "finished_at = :now, lease_owner = NULL, lease_expires = NULL "
-                f"FROM unnest({self._unnest(conn, jobs, ['id', 'attempt', 'result'])}) AS u(id, attempt, result) "
-                f"WHERE j.id = u.id AND j.attempt = u.attempt AND j.state IN ({self.active_states_sql()}) RETURNING j.id"
-            )
-
-        stmt = self._derived(("finish", jobs.name), build)
-        params = {"a0": [r[0] for r in rows], "a1": [r[1] for r in rows], "a2": [r[2] for r in rows], "now": now}
-        return {int(i) for i in conn.execute(stmt, params).scalars()}
-
     def finish_done_recording(
         self,
         conn: Connection,
@@ -260,7 +243,7 @@ class PostgreSQLDriver(Driver):
         now: float,
         attempts: Sequence[dict[str, Any]],
     ) -> set[int]:
-        """:meth:`finish_done` and the attempt rows: one statement (the ``INSERT`` a data-modifying CTE).
+        """The guarded finish (``UPDATE ... FROM unnest(...) RETURNING``: the ids it returns are the rows it finished) and the attempt rows: one statement (the ``INSERT`` a data-modifying CTE).
 
         A tick with finishes, or a chain's link, costs one round trip fewer
         (0.4-0.5 ms on a loopback server here: nothing is prepared). The
