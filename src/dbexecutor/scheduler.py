@@ -182,6 +182,9 @@ class Scheduler:
         self._next_renew = self._next_poll = self._next_reclaim = self._next_retention = 0.0
         self._next_rescue = self._next_forget = 0.0
         self._skip: dict[str, float] = {}  # functions not to claim (children could not load them), until a monotonic time
+        # (monotonic time, wake-ups then) of the last look for work that left nothing
+        # runnable; None once anything since may have made work runnable (see _still_drained).
+        self._drained: tuple[float, int] | None = None
         self._committing: list[CallerTransaction] = []  # callers' transactions with jobs, committing now
         self._committing_lock = threading.Lock()
         self._stop_listening = threading.Event()
@@ -430,6 +433,8 @@ class Scheduler:
         due = self._dues.until_next(self.store.now())
         if due is not None:
             timeout = min(timeout, due)
+            if due == 0.0:
+                self._drained = None  # a delayed job became runnable
         deadline = self._supervisor.next_deadline()
         if deadline is not None:
             timeout = min(timeout, max(0.0, deadline - now))
@@ -465,6 +470,8 @@ class Scheduler:
                 self._cannot_run(report)
         self._reports += reports
         self._releases += self._supervisor.take_releases()
+        if self._releases:
+            self._drained = None  # released jobs are ready again
         while self._releases:
             job_id, attempt = self._releases[0]
             self.store.release(job_id, attempt)  # so any executor can run it
@@ -506,6 +513,7 @@ class Scheduler:
         reclaimed = self.store.reclaim_expired(self.store.now())
         self.stats.rescued(len(reclaimed))
         if reclaimed:
+            self._drained = None
             log.warning("reclaimed %d job(s) whose lease expired: %s", len(reclaimed), reclaimed[:20])
 
     def _keep_time(self) -> None:
@@ -519,6 +527,7 @@ class Scheduler:
             self._next_rescue = now + _RESCUE_EVERY
             for name, ids in self.store.rescue_dead_here().items():
                 if ids:
+                    self._drained = None
                     log.warning("executor %s is gone; its job(s) %s were put back to ready", name, ids[:20])
         if now >= self._next_forget:
             self._next_forget = now + _FORGET_EVERY
@@ -537,10 +546,11 @@ class Scheduler:
             if not items and not self._reports:
                 if limit > 0:
                     probe = not self._wakeup.take_work_hint()
-                    started = time.monotonic()
+                    started, wakes = time.monotonic(), self._wakeup.wakes
                     claimed = self.store.claim(
                         self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe, scope=self._scope()
                     )
+                    self._looked(started, wakes)
                     if claimed:  # an idle probe is not a claim
                         self.stats.claimed(time.monotonic() - started)
                         self.stats.started(len(claimed))
@@ -553,13 +563,18 @@ class Scheduler:
     def _commit(self, items: list[Item], rows: list[NewJob], limit: int) -> tuple[list[Submitted], Finished] | None:
         """Insert ``items`` (as ``rows``), record the reports and claim up to ``limit`` jobs; None if rows were refused."""
         try:
-            started = time.monotonic()
+            started, wakes = time.monotonic(), self._wakeup.wakes
+            look = bool(rows) or not self._still_drained()
             inserted, done, claimed = self.store.finish_and_claim(
-                self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), rows, self._scope(),
+                self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), rows, self._scope(), look=look,
             )
+            if look and limit > 0:
+                self._looked(started, wakes)
+            elif not self.store.drained:
+                self._drained = None  # this commit may have made work runnable
             if self._reports:
                 self.pace.tick_recorded(time.monotonic() - started)
-            if limit > 0:
+            if limit > 0 and (look or claimed):  # a skipped claim is not one
                 self.stats.claimed(time.monotonic() - started)
         except (DBAPIError, ValueError) as error:
             self._queue.requeue(items)
@@ -611,6 +626,27 @@ class Scheduler:
             woken = True
         if woken:
             self._wakeup.wake(work=True)  # the claim of this tick and the next look at them
+
+    def _looked(self, started: float, wakes: int) -> None:
+        """After a look for work that began at ``started`` with ``wakes`` wake-ups: note whether it left nothing runnable."""
+        self._drained = (started, wakes) if self.store.drained else None
+
+    def _still_drained(self) -> bool:
+        """Whether a tick that only records results may skip the claim: nothing can have become runnable.
+
+        True when the last look found nothing runnable, less than a poll
+        interval ago, and since then: no wake-up (a submit of ours, a
+        notification of another process's work or finish, a cancel), no
+        delayed job due, nothing released, reclaimed or rescued. The store
+        looks anyway when the results themselves make jobs runnable (a
+        dependent released, a retry). What other processes add without a
+        notification (no NOTIFY and no doorbell) is found by the next look,
+        at most a poll interval later, as an idle executor would find it.
+        """
+        if self._drained is None:
+            return False
+        at, wakes = self._drained
+        return wakes == self._wakeup.wakes and time.monotonic() - at < self.s.poll_interval
 
     def _resolve(self, inserted: list[Submitted], done: Finished) -> None:
         """Resolve the futures a commit made final: rows final on arrival, and jobs that ended."""

@@ -29,6 +29,9 @@ class Wakeup:
         self._closed = False
         self._pending = False  # a byte is in the pipe that the loop has not read
         self._work = False  # a submit or a notification says ready work is there
+        #: How many wake-ups there have been: the loop compares it to tell whether anything
+        #: (a submit, a cancel, a notification) happened since it last looked for work.
+        self.wakes = 0
 
     @property
     def reader(self) -> int:
@@ -37,6 +40,7 @@ class Wakeup:
 
     def wake(self, work: bool = False) -> None:
         """End the loop's wait now; ``work``: jobs became ready (claim without probing first)."""
+        self.wakes += 1  # a lost increment between two threads still changes the count
         if work:
             self._work = True
         with self._lock:

@@ -183,6 +183,11 @@ class Store:
     #: Called with the notifications a transaction made, after it committed, where the database
     #: cannot deliver them itself (no NOTIFY): the scheduler rings its doorbell with them.
     after_commit: Callable[[list[str]], None] | None = None
+    #: Whether this store's last committed look for work (:meth:`claim`, :meth:`finish_and_claim`)
+    #: left nothing runnable in its scope, and no :meth:`finish_and_claim` since made anything
+    #: runnable. Other writes (releases, reclaims, other threads and processes) do not clear
+    #: it: a hint for the scheduler, which hears of those and decides whether to trust it.
+    drained: bool = False
 
     def _txn(self, work: Callable[[Connection], Any], *, read_only: bool = False, tries: int | None = None) -> Any:
         unsent = self.ctx.unsent()
@@ -360,11 +365,15 @@ class Store:
         """
         if limit <= 0:
             return []
+        self.drained = False  # until a committed look says otherwise
         if probe and not self.runnable_groups(now, scope):
             self.ctx.backlog = False
+            self.drained = True
             return []
-        out: list[Claimed] = self._txn(lambda conn: claim.claim(self.ctx, conn, owner, limit, ttl, now, scope))
+        out: list[Claimed]
+        out, drained = self._txn(lambda conn: claim.claim(self.ctx, conn, owner, limit, ttl, now, scope))
         self.ctx.backlog = len(out) >= limit
+        self.drained = drained
         return out
 
     def finish_and_claim(
@@ -376,6 +385,8 @@ class Store:
         now: float,
         new: Sequence[NewJob] = (),
         scope: Scope = DEFAULT_SCOPE,
+        *,
+        look: bool = True,
     ) -> tuple[list[Submitted], Finished, list[Claimed]]:
         """One scheduler tick in one commit: insert ``new`` jobs, record how attempts ended, then claim.
 
@@ -387,6 +398,12 @@ class Store:
         that checks and leases; a burst after one cheap read (skipped while
         the last claim left work behind, when it would only find that again).
         ``scope``: the queues this executor serves and the functions it skips.
+
+        ``look=False``: the caller knows that nothing was runnable a moment
+        ago and has heard of nothing since (see :attr:`drained`). With no new
+        rows, the claim is then skipped, one statement less, unless these
+        reports themselves made jobs runnable (dependents released, retries,
+        refusals).
         """
         direct = (
             limit > 0
@@ -403,8 +420,9 @@ class Store:
         )
         ctx = self.ctx
 
-        def work(conn: Connection) -> tuple[list[Submitted], Finished, list[Claimed], dict[str, int | None]]:
+        def work(conn: Connection) -> tuple[list[Submitted], Finished, list[Claimed], dict[str, int | None], bool | None]:
             inserted: list[Submitted] = []
+            drained: bool | None = None  # None: nothing looked, nothing made runnable
             groups: dict[str, int | None] = {}
             if new:
                 groups = submit.ensure_groups(ctx, conn, new)
@@ -418,17 +436,25 @@ class Store:
             # Rows that went in leased were the claim's only choice (nothing
             # else was runnable): then there is nothing more to claim.
             claimed = submit.leased_on_insert(new, inserted)
-            if limit > 0 and not claimed:
-                claimed = claim.claim(ctx, conn, owner, limit, ttl, now, scope)
+            made_runnable = bool(done.released or done.retried or done.refused)
+            if claimed:
+                # In leased: nothing else was runnable; the whole burst leased leaves nothing.
+                drained = len(claimed) == len(new)
+            elif limit > 0 and (look or new or made_runnable):
+                claimed, drained = claim.claim(ctx, conn, owner, limit, ttl, now, scope)
+            elif new or made_runnable:
+                drained = False  # not looked, and there may be runnable rows now
             # New rows this transaction claimed itself are nobody else's news.
             submit.notify_changes(ctx, conn, new, inserted, now, done, taken={c.job_id for c in claimed})
-            return inserted, done, claimed, groups
+            return inserted, done, claimed, groups, drained
 
-        inserted, done, claimed, groups = self._txn(work)
+        before, self.drained = self.drained, False  # until the commit says otherwise
+        inserted, done, claimed, groups, drained = self._txn(work)
         submit.groups_done(ctx, groups)
         # A hint only (other processes add work too): whether runnable rows
         # are likely left, so that the next burst need not look.
         ctx.backlog = limit > 0 and len(claimed) >= limit
+        self.drained = before if drained is None else drained
         return inserted, done, claimed
 
     def explain_claim(self, limit: int = 4, scope: Scope = DEFAULT_SCOPE) -> dict[str, list[str]]:

@@ -34,18 +34,33 @@ def runnable_groups(ctx: Context, conn: Connection, now: float, scope: Scope) ->
     return list(conn.execute(ctx.sql.runnable_groups(scope.key), {"p_now": now, **scope.params()}).scalars())
 
 
-def claim(ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, now: float, scope: Scope) -> list[Claimed]:
-    """Lease up to ``limit`` runnable jobs of ``scope`` to ``owner`` for ``ttl`` seconds, in the caller's transaction."""
+def claim(
+    ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, now: float, scope: Scope
+) -> tuple[list[Claimed], bool]:
+    """Lease up to ``limit`` runnable jobs of ``scope`` to ``owner`` for ``ttl`` seconds, in the caller's transaction.
+
+    Also says whether the claim left nothing runnable in ``scope`` (rows that
+    other claims hold locked aside): no runnable group, or one group without
+    a limit that had fewer runnable rows than ``limit``. False when unsure.
+    """
     params = {"p_now": now, **scope.params()}
     rows = conn.execute(ctx.sql.runnable_groups(scope.key), params).all()
     if not rows:
-        return []
+        return [], True
     if len(rows) == 1 and rows[0].max_running is None:
         # One runnable group without a limit (the common case): its best rows,
         # skipping those other claims hold. Nothing is shared to take turns on:
         # no limit to count, no virtual time moves with a single group. Locking
         # its row would make claims from many executors queue behind each other.
-        return _lease(ctx, conn, rows[0].name, limit, owner, ttl, max(now, ctx.clock.now()), scope)
+        got = _lease(ctx, conn, rows[0].name, limit, owner, ttl, max(now, ctx.clock.now()), scope)
+        return got, len(got) < limit
+    return _claim_groups(ctx, conn, owner, limit, ttl, now, scope, params), False
+
+
+def _claim_groups(
+    ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, now: float, scope: Scope, params: dict[str, Any]
+) -> list[Claimed]:
+    """Several runnable groups, or one with a limit: lock their rows, count the limits, share the slots."""
     rows = conn.execute(ctx.sql.runnable_groups_locked(scope.key), params).all()
     if not rows:
         return []
