@@ -25,9 +25,9 @@ def _record_ticks(ex: DBExecutor) -> list[tuple[int, int]]:
     store = ex._store
     real = store.finish_and_claim
 
-    def recorded(reports: Any, owner: Any, limit: Any, ttl: Any, now: Any, new: Any = (), *rest: Any) -> Any:
+    def recorded(reports: Any, owner: Any, limit: Any, ttl: Any, now: Any, new: Any = (), *rest: Any, **options: Any) -> Any:
         calls.append((len(new), len(reports)))
-        return real(reports, owner, limit, ttl, now, new, *rest)
+        return real(reports, owner, limit, ttl, now, new, *rest, **options)
 
     store.finish_and_claim = recorded  # type: ignore[method-assign]
     return calls
