@@ -9,6 +9,7 @@ import sys
 import time
 
 import psutil
+import pytest
 from sqlalchemy import select, update
 
 import jobs
@@ -159,13 +160,16 @@ def test_a_worker_starts_its_children_before_any_job(db, tmp_path):
             proc.kill()
 
 
-def test_children_of_a_worker_started_by_its_console_script_have_no_database_code(db, tmp_path):
-    # The installed `dbexecutor` command is a script whose top level imports the
-    # command line (and with it SQLAlchemy). The fork server must not preload
-    # that __main__: its children would inherit the database stack, and the
-    # first child would wait for it to import.
+@pytest.mark.parametrize("entry", ["dbexecutor.__main__:main", "dbexecutor.cli:main_exit"])
+def test_children_of_a_worker_started_by_its_console_script_have_no_database_code(db, tmp_path, entry):
+    # The installed `dbexecutor` command is a script whose top level imports its
+    # entry point (dbexecutor.cli:main_exit in scripts installed by earlier
+    # builds: the command line, and SQLAlchemy with it). The fork server must
+    # not preload that __main__: its children would inherit the database
+    # stack, and the first child would wait for it to import.
+    module, function = entry.split(":")
     script = tmp_path / "dbexecutor_command.py"
-    script.write_text("import sys\nfrom dbexecutor.cli import main_exit\nif __name__ == '__main__':\n    sys.exit(main_exit())\n")
+    script.write_text(f"import sys\nfrom {module} import {function}\nif __name__ == '__main__':\n    sys.exit({function}())\n")
     log = str(tmp_path / "worker.log")
     db.store().close()
     with open(log, "ab") as out:
@@ -182,3 +186,27 @@ def test_children_of_a_worker_started_by_its_console_script_have_no_database_cod
         assert "dbexecutor.cli" not in modules
     finally:
         assert stop(proc) == 0, read(log)[-3000:]
+
+
+def test_the_worker_command_starts_its_fork_server_before_the_database_stack_is_imported(tmp_path):
+    # The fork server imports the children's code while the command line imports
+    # SQLAlchemy and the driver, on another core, instead of after them.
+    code = (
+        "import sys\n"
+        "from dbexecutor import pool\n"
+        "real = pool.warm_up\n"
+        "def spy(ctx):\n"
+        "    print('warm_up', 'sqlalchemy' in sys.modules, ctx.get_start_method(), flush=True)\n"
+        "    real(ctx)\n"
+        "pool.warm_up = spy\n"
+        "sys.argv = ['dbexecutor', *sys.argv[1:]]\n"
+        "from dbexecutor.__main__ import main\n"
+        "main()\n"
+    )
+    worker = subprocess.run([sys.executable, "-c", code, "worker", "--help"], capture_output=True, text=True,
+                            env=cli_env(), timeout=60)
+    assert worker.returncode == 0, worker.stderr
+    assert worker.stdout.splitlines()[0] == "warm_up False forkserver", worker.stdout[:500]
+    status = subprocess.run([sys.executable, "-c", code, "status", "--help"], capture_output=True, text=True,
+                            env=cli_env(), timeout=60)
+    assert status.returncode == 0 and "warm_up" not in status.stdout, "only a worker has children"

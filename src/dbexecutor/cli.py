@@ -34,7 +34,6 @@ Exit codes (see :data:`EXIT_CODES`): 0 ok, 1 nothing found or nothing done,
 from __future__ import annotations
 
 import argparse
-import importlib.machinery
 import json
 import os
 import sys
@@ -767,25 +766,10 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
 
 
 def main_exit() -> None:
-    """Console-script entry point: run :func:`main` and exit with its status."""
-    _as_package_main()
-    sys.exit(main())
+    """Run :func:`dbexecutor.__main__.main`: ``dbexecutor`` scripts installed by earlier builds still call this."""
+    from .__main__ import main as entry
 
-
-def _as_package_main() -> None:
-    """Name this process's ``__main__`` (the installed ``dbexecutor`` script) as ``python -m dbexecutor`` does.
-
-    multiprocessing imports a parent's main script again in every child it
-    starts, so that functions defined there can be found. This script's one
-    import is the command line, and SQLAlchemy with it: a worker's children
-    would load the database stack they never use (and the first one would
-    wait for it). A main module named ``<package>.__main__`` is not imported
-    again. No job is ever defined in this script.
-    """
-    main = sys.modules.get("__main__")
-    spec = getattr(main, "__spec__", None)
-    if main is not None and (spec is None or spec.name == "dbexecutor.cli"):
-        main.__spec__ = importlib.machinery.ModuleSpec("dbexecutor.__main__", None)
+    entry()
 
 
 if __name__ == "__main__":
