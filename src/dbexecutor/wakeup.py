@@ -40,10 +40,12 @@ class Wakeup:
 
     def wake(self, work: bool = False) -> None:
         """End the loop's wait now; ``work``: jobs became ready (claim without probing first)."""
-        self.wakes += 1  # a lost increment between two threads still changes the count
         if work:
             self._work = True
         with self._lock:
+            # Under the lock: an increment lost between threads could bring the
+            # count back to a value the loop saw before a wake-up it then missed.
+            self.wakes += 1
             # Once closed, the descriptor number may already belong to a file
             # or socket opened since: never write to it again.
             if self._closed or self._pending:
