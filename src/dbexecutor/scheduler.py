@@ -564,6 +564,8 @@ class Scheduler:
         """Insert ``items`` (as ``rows``), record the reports and claim up to ``limit`` jobs; None if rows were refused."""
         try:
             started, wakes = time.monotonic(), self._wakeup.wakes
+            # New rows are always looked at by the store; saying so here also
+            # renews what _still_drained trusts, from this tick's fresh look.
             look = bool(rows) or not self._still_drained()
             inserted, done, claimed = self.store.finish_and_claim(
                 self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), rows, self._scope(), look=look,
