@@ -2,43 +2,52 @@
 
 ``submit`` pickles the call, turns futures among the arguments into
 dependency edges, and inserts the row; the scheduler thread does the rest.
+The executor keeps what every way of submitting shares (checking it is open,
+what may be a dependency, writing rows: queued, keyed, or through the
+caller's transaction); each operation with more to it has its own module:
+
+- :mod:`dbexecutor.options`: ``JobOptions`` and the checks of an option's value;
+- :mod:`dbexecutor.calls`: one call to one row (dependencies, payload, options);
+- :mod:`dbexecutor.mapping`: ``map``, its slices and the iterator of its results;
+- :mod:`dbexecutor.batch`: ``Batch``, jobs submitted as one unit;
+- :mod:`dbexecutor.submitter`: ``Submitter``, what ``options()`` returns.
+
+Their public names are importable from here too, as they always were.
 """
 
 from __future__ import annotations
 
-import collections
-import itertools
 import math
 import os
-import time
 import uuid
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
-from dataclasses import dataclass, field, fields, replace
 from multiprocessing.context import BaseContext
 from typing import Any, ParamSpec, TypeVar, overload
 
 from sqlalchemy.engine import URL
 
 from . import intransaction, schema, serialization
+from .batch import Batch
+from .calls import prepare
 from .durations import Duration, seconds
-from .child import run_chunk as _run_chunk  # also the name rows written before it moved refer to
+from .child import run_chunk as _run_chunk  # unused here: the name chunked rows written long ago refer to
 from .future import JobFuture
-from .queues import EVERY, check_name, program_queue, serving
+from .mapping import submit_map
+from .options import JobOptions, required_seconds, with_options
+from .queues import EVERY, program_queue, serving
 from .pool import default_context, default_workers
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
-from .records import Dep, Final, GroupInfo, NewJob, Unwritten
+from .records import Final, GroupInfo, NewJob
 from .store import Store
+from .submitter import Submitter
 
 __all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-_MAP_BATCH = 500  # rows per insert transaction in Batch.map()
-_MAP_SLICE = 256  # jobs map() hands to the scheduler at a time
 
 
 def _url_needed(url: object) -> str:
@@ -51,350 +60,9 @@ def _url_needed(url: object) -> str:
     )
 
 
-def _required_seconds(value: Duration, name: str) -> float:
-    """A duration option that may not be None, in seconds (ranges are the caller's to check)."""
-    found = seconds(value, name)
-    if found is None:
-        raise TypeError(f"{name} must be a duration (seconds, a timedelta or e.g. '30s'), not None")
-    return found
-
-
 def _ended_badly(fut: Future[Any]) -> bool:
     """Whether ``fut`` is already cancelled or failed (without waiting)."""
     return fut.done() and (fut.cancelled() or fut.exception(0) is not None)
-
-
-@dataclass(frozen=True)
-class JobOptions:
-    """Per-job options, stored on the row; :meth:`DBExecutor.options` takes the same names.
-
-    ``key``: unique per database; submitting an existing key returns that job's
-    future instead of a new job. ``group``: the fair-share group (see
-    :meth:`DBExecutor.configure_group`); ``weight``: sets that group's weight
-    (``None``: leave it as configured). ``priority``: higher runs first within
-    its group. ``timeout``: seconds per attempt before the child's process
-    tree is killed (``None``: the executor default). ``retries``: further
-    attempts after a failure; ``retry_delay``: seconds before the first retry
-    (doubled for each further one, with jitter). ``delay`` or ``run_after``
-    (epoch seconds): not ready before then.
-
-    ``timeout``, ``retry_delay`` and ``delay`` take a number of seconds, a
-    ``timedelta`` or a duration string such as ``"90s"``, ``"30m"`` or
-    ``"1h30m"``; they are stored as seconds (floats).
-
-    ``connection``: a SQLAlchemy ``Connection`` or ORM ``Session`` on the
-    executor's database: the jobs are written through it, inside its open
-    transaction, and exist only if it commits (README, "Submitting inside
-    your transaction"). Not stored.
-    """
-
-    key: str | None = None
-    group: str = schema.DEFAULT_GROUP
-    queue: str | None = None
-    weight: int | None = None
-    priority: int = 0
-    timeout: float | None = None
-    retries: int | None = None
-    delay: float | None = None
-    run_after: float | None = None
-    retry_delay: float | None = None
-    connection: Any = field(default=None, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        for name in _DURATIONS:
-            # Frozen: normalizing "30m" or a timedelta to seconds goes around __setattr__.
-            object.__setattr__(self, name, seconds(getattr(self, name), name))
-        if self.key is not None and (not isinstance(self.key, str) or not 0 < len(self.key) <= 255):
-            raise ValueError("key must be a non-empty string of at most 255 characters")
-        if not isinstance(self.group, str) or not 0 < len(self.group) <= 255:
-            raise ValueError("group must be a non-empty string of at most 255 characters")
-        if self.queue is not None:
-            check_name(self.queue)
-        if self.weight is not None and (not isinstance(self.weight, int) or self.weight < 1):
-            raise ValueError("weight must be an integer >= 1")
-        if not isinstance(self.priority, int):
-            raise ValueError("priority must be an integer")
-        if self.timeout is not None and not self.timeout > 0:
-            raise ValueError("timeout must be > 0 seconds (or None for no limit)")
-        if self.retries is not None and (not isinstance(self.retries, int) or self.retries < 0):
-            raise ValueError("retries must be an integer >= 0")
-        if self.retry_delay is not None and not (self.retry_delay >= 0 and math.isfinite(self.retry_delay)):
-            raise ValueError("retry_delay must be a finite number of seconds >= 0")
-        if self.delay is not None and not (self.delay >= 0 and math.isfinite(self.delay)):
-            raise ValueError("delay must be a finite number of seconds >= 0")
-        if self.delay is not None and self.run_after is not None:
-            raise ValueError("give delay or run_after, not both")
-
-
-#: The options that are durations (seconds, a timedelta or "1h30m").
-_DURATIONS = ("timeout", "retry_delay", "delay")
-#: Every option name, in the order the error for an unknown name lists them.
-_OPTION_NAMES = tuple(f.name for f in fields(JobOptions))
-
-
-def _with_options(base: JobOptions, options: dict[str, Any]) -> JobOptions:
-    """``base`` with ``options`` over it; a ``TypeError`` that lists the valid names for an unknown one."""
-    unknown = [name for name in options if name not in _OPTION_NAMES]
-    if unknown:
-        plural = "s" if len(unknown) > 1 else ""
-        raise TypeError(
-            f"unknown job option{plural} {', '.join(map(repr, unknown))}; "
-            f"the options are {', '.join(_OPTION_NAMES)}"
-        )
-    return replace(base, **options)
-
-
-@dataclass(frozen=True)
-class _MapPlan:
-    """The jobs of one ``map``: each runs ``fn(*args)`` for the next ``args``; ``name`` is the row's function name."""
-
-    fn: Callable[..., Any]
-    opts: JobOptions
-    name: str | None
-    args: Iterator[tuple[Any, ...]]
-
-
-def _result_or_cancel(fut: JobFuture[T], end_time: float | None) -> T:
-    """``fut``'s result, waiting until ``end_time`` at most; a job whose wait ends without one is cancelled."""
-    try:
-        try:
-            return fut.result(None if end_time is None else end_time - time.monotonic())
-        finally:
-            fut.cancel()  # a no-op once the future is done
-    finally:
-        # A raised exception's traceback holds this frame: without this, the
-        # frame, the future and the exception would keep each other alive.
-        del fut
-
-
-def _results(
-    fs: collections.deque[JobFuture[Any]],
-    end_time: float | None,
-    chunked: bool,
-    scheduler: Scheduler,
-    executor: weakref.ref[DBExecutor],
-    plan: _MapPlan | None,
-) -> Iterator[Any]:
-    """The iterator ``map`` returns: each job's result (or each item of its chunk), in order.
-
-    While suspended at ``yield`` it holds no future and no result it has
-    handed out (CPython's ``test_free_reference``), and only a weak
-    reference to the executor: the caller decides what stays alive. With a
-    ``plan`` (``buffersize``), one more job is queued per job consumed.
-    """
-    try:
-        fs.reverse()  # oldest on the right: pop() it, new jobs go in on the left
-        while fs:
-            if plan is not None:
-                _queue_next(fs, executor, plan)
-            if not chunked:
-                yield _result_or_cancel(fs.pop(), end_time)
-                continue
-            chunk = _result_or_cancel(fs.pop(), end_time)
-            chunk.reverse()
-            while chunk:
-                yield chunk.pop()  # popped: an item the caller has dropped is freed
-    finally:
-        scheduler.cancel_jobs([f.job_id for f in fs if not f.done() and f.job_id is not None])
-
-
-def _queue_next(fs: collections.deque[JobFuture[Any]], executor: weakref.ref[DBExecutor], plan: _MapPlan) -> None:
-    """Queue the next job of a buffered ``map`` on the left of ``fs``."""
-    # A function of its own, so that no local of the suspended iterator holds the executor.
-    ex = executor()
-    if ex is not None:
-        fs.extendleft(ex._queue(plan, 1))
-
-
-class Submitter:
-    """``submit`` and ``map`` with per-job options; made by :meth:`DBExecutor.options`."""
-
-    def __init__(self, executor: DBExecutor, options: JobOptions) -> None:
-        self._executor = executor
-        self._options = options
-
-    def options(self, **options: Any) -> Submitter:
-        """These options plus or over the given ones (names as in :class:`JobOptions`)."""
-        return Submitter(self._executor, _with_options(self._options, options))
-
-    # Typed as DBExecutor.submit: see there for why there are two signatures.
-    @overload
-    def submit(
-        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]], **kwargs: Any
-    ) -> JobFuture[T]: ...
-
-    @overload
-    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, after: Any = (), **kwargs: Any) -> JobFuture[T]:
-        """As :meth:`DBExecutor.submit`, with these options."""
-        return self._executor._submit(fn, args, kwargs, after, self._options)
-
-    def map(
-        self,
-        fn: Callable[..., T],
-        *iterables: Iterable[Any],
-        timeout: float | None = None,
-        chunksize: int = 1,
-        buffersize: int | None = None,
-    ) -> Iterator[T]:
-        """As :meth:`DBExecutor.map`, with these options."""
-        return self._executor._map(fn, iterables, timeout, chunksize, self._options, buffersize)
-
-    def batch(self) -> Batch:
-        """As :meth:`DBExecutor.batch`; the children get these options."""
-        return Batch(self._executor, self._options)
-
-
-class Batch(JobFuture[list[Any]]):
-    """A set of jobs submitted as one unit, with a future of its own.
-
-    Use it as a context manager; leaving the block seals it::
-
-        with ex.batch() as batch:
-            for path in paths:
-                batch.submit(load, path)
-        ex.submit(report, after=[batch])   # runs when every child is done
-        batch.result()                     # the children's results, in submission order
-
-    The children run as ordinary jobs as soon as they are submitted; the
-    batch itself never runs. It is done when its last child is done, and fails
-    as soon as a child fails, with that child's exception (the other children
-    go on; :attr:`children` shows their states). Cancelling the batch cancels
-    the children that have not started. Sealing stores the batch row; until
-    then it has no ``job_id`` and cannot be a dependency.
-    """
-
-    def __init__(self, executor: DBExecutor, options: JobOptions) -> None:
-        super().__init__(None, executor._scheduler, executor._store.identity)  # type: ignore[arg-type]
-        self._executor = executor
-        self._options = options
-        #: The children's futures, in submission order.
-        self.children: list[JobFuture[Any]] = []
-        self._sealed = False
-
-    def __repr__(self) -> str:
-        sealed = "" if self._sealed else " unsealed"
-        return f"<Batch job_id={self.job_id}{sealed} children={len(self.children)} state={self._state.lower()}>"
-
-    def _check_unsealed(self) -> None:
-        if self._sealed:
-            raise RuntimeError("this batch is sealed; start a new one to submit more jobs")
-
-    # Typed as DBExecutor.submit: see there for why there are two signatures.
-    @overload
-    def submit(
-        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]], **kwargs: Any
-    ) -> JobFuture[T]: ...
-
-    @overload
-    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, after: Any = (), **kwargs: Any) -> JobFuture[T]:
-        """Submit a child (as :meth:`DBExecutor.submit`); a call that cannot be pickled raises here."""
-        self._check_unsealed()
-        fut = self._executor._submit(fn, args, kwargs, after, self._options)
-        if fut.job_id is None:  # not stored: a batch holds only stored jobs
-            fut.result()
-        self._add([fut])
-        return fut
-
-    def map(self, fn: Callable[..., T], *iterables: Iterable[Any]) -> list[JobFuture[T]]:
-        """Submit one child per item (as :meth:`DBExecutor.map` with chunksize 1); their futures, in order."""
-        self._check_unsealed()
-        ex = self._executor
-        ex._check_open()
-        now = ex._store.now()
-        futures: list[JobFuture[Any]] = []
-        calls = (ex._prepare(fn, args, {}, (), self._options, now) for args in zip(*iterables))
-        while chunk := list(itertools.islice(calls, _MAP_BATCH)):
-            for call in chunk:
-                if isinstance(call, JobFuture):
-                    call.result()  # raises the pickling error
-            futures += ex._submit_many(chunk, now, self._options.connection)
-        self._add(futures)
-        return futures
-
-    def _add(self, futures: list[JobFuture[Any]]) -> None:
-        known = {f.job_id for f in self.children}
-        for fut in futures:
-            if fut.job_id in known:
-                raise ValueError(f"job {fut.job_id} is already in this batch (a key submitted twice?)")
-            known.add(fut.job_id)
-        self.children += futures
-
-    def seal(self) -> Batch:
-        """Store the batch; from now on it resolves from its row and can be a dependency. Returns itself."""
-        self._check_unsealed()
-        self._executor._seal(self)
-        self._sealed = True
-        return self
-
-    def cancel(self) -> bool:
-        """Cancel the batch and its children that have not started."""
-        if not self._sealed:
-            for child in self.children:
-                child.cancel()
-            self._sealed = True
-            self._cancel_local()  # never stored: nothing in the database to cancel
-            return True
-        return super().cancel()
-
-    def __enter__(self) -> Batch:
-        return self
-
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        if self._sealed:
-            return
-        if exc_type is None:
-            self.seal()
-        else:  # the block failed: the batch never forms, its children do not run
-            self.cancel()
-
-
-class _Upstreams:
-    """The dependencies of one call being prepared: ids, or :class:`Unwritten` for jobs still queued here.
-
-    An upstream submitted by this executor and not written yet stays
-    unwritten (its row and the new one go in with the same commit, or in
-    order) rather than being written now to learn its id: a chain of submits
-    would otherwise cost a commit per link. In the payload it is an
-    ``ArgRef``, its position among the results the call takes.
-    """
-
-    def __init__(self, executor: DBExecutor, in_transaction: bool, defer: bool) -> None:
-        self._executor = executor
-        self._in_transaction = in_transaction
-        self._defer = defer
-        self.deps: dict[Dep, None] = {}  # ordered, without repeats
-        self.refs: dict[Dep, int] = {}  # the deps whose results are arguments (after= only orders), by position
-        self.futures: list[Future[Any]] = []  # each upstream future once
-        self._seen: dict[Future[Any], Dep] = {}  # one decision per future, written or not
-
-    def _dep(self, f: Future[Any]) -> Dep:
-        dep = self._seen.get(f)
-        if dep is None:
-            ex = self._executor
-            if self._defer and isinstance(f, JobFuture) and ex._scheduler.queued_here(f):
-                dep = Unwritten(f)
-            else:
-                dep = ex._dependency(f, self._in_transaction)
-            self._seen[f] = dep
-            self.futures.append(f)
-        return dep
-
-    def argument(self, x: Any) -> Any:
-        """``x``, or the placeholder the payload holds for it if it is a future (a dependency whose result it takes)."""
-        if not isinstance(x, Future):
-            return x
-        dep = self._dep(x)
-        self.deps[dep] = None
-        position = self.refs.setdefault(dep, len(self.refs))
-        return serialization.JobRef(dep) if isinstance(dep, int) else serialization.ArgRef(position)
-
-    def order_after(self, f: Future[Any]) -> None:
-        """``after=``: a dependency for ordering only."""
-        self.deps[self._dep(f)] = None
 
 
 class DBExecutor(Executor):
@@ -479,20 +147,20 @@ class DBExecutor(Executor):
                 raise ValueError("max_tasks_per_child must be >= 1")
         if initializer is not None and not callable(initializer):
             raise TypeError("initializer must be a callable")
-        ttl = _required_seconds(lease_ttl, "lease_ttl")
+        ttl = required_seconds(lease_ttl, "lease_ttl")
         if not ttl > 0:
             raise ValueError("lease_ttl must be > 0 seconds")
-        beat = ttl / 6 if heartbeat_interval is None else _required_seconds(heartbeat_interval, "heartbeat_interval")
+        beat = ttl / 6 if heartbeat_interval is None else required_seconds(heartbeat_interval, "heartbeat_interval")
         if not 0 < beat < ttl:
             raise ValueError("heartbeat_interval must be > 0 and shorter than lease_ttl")
-        poll = _required_seconds(poll_interval, "poll_interval")
+        poll = required_seconds(poll_interval, "poll_interval")
         if not poll > 0:
             raise ValueError("poll_interval must be > 0")
         keep = seconds(retention, "retention")
         if keep is not None and not (keep > 0 and math.isfinite(keep)):
             raise ValueError("retention must be a positive duration, e.g. 604800, '7d' or a timedelta (or None to keep jobs)")
         # timeout, retries and retry_delay are every job's defaults, checked as per-job options are.
-        backoff = _required_seconds(retry_delay, "retry_delay")
+        backoff = required_seconds(retry_delay, "retry_delay")
         self._defaults = JobOptions(timeout=seconds(timeout, "timeout"), retries=retries, retry_delay=backoff)
         self._store = Store(url, prefix, signer=serialization.Signer.from_env(secret), listen_url=listen_url)
         self._submitter_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -583,23 +251,6 @@ class DBExecutor(Executor):
     def batch(self) -> Batch:
         """A new :class:`Batch`: jobs submitted through it form one unit with its own future."""
         return Batch(self, self._defaults)
-
-    def _seal(self, batch: Batch) -> None:
-        self._check_open()
-        now = self._store.now()
-        job = NewJob(
-            fn_name="dbexecutor.batch",
-            payload=b"",
-            deps=tuple(f.job_id for f in batch.children),
-            group=batch._options.group,
-            submitted_by=self._submitter_id,
-            batch=True,
-        )
-        if batch._options.connection is not None:
-            self._write_in(batch._options.connection, [job], futures=[batch])
-        else:
-            self._scheduler.write([job], now, futures=[batch])
-
     def futures(self) -> list[JobFuture[Any]]:
         """Futures of every unfinished job in the database, oldest first."""
         self.flush()
@@ -623,7 +274,7 @@ class DBExecutor(Executor):
         ``TypeError`` that lists them); durations take seconds, a
         ``timedelta`` or a string such as ``"90s"`` or ``"1h30m"``.
         """
-        return Submitter(self, _with_options(self._defaults, options))
+        return Submitter(self, with_options(self._defaults, options))
 
     # Two signatures because a ParamSpec cannot have a keyword (``after``)
     # beside it: with ``after``, the result type is still known but the
@@ -647,6 +298,7 @@ class DBExecutor(Executor):
         return self._submit(fn, args, kwargs, after, self._defaults)
 
     def _dependency(self, fut: Any, in_transaction: bool = False) -> int:
+        """The id of ``fut`` as a dependency of a job here; an error that says why it cannot be one."""
         if not isinstance(fut, JobFuture):
             raise TypeError(
                 f"a dependency must be a JobFuture from a DBExecutor on the same database, not {type(fut).__name__}"
@@ -672,68 +324,6 @@ class DBExecutor(Executor):
         if sched.broken is not None:
             raise BrokenProcessPool(sched.broken)
 
-    def _prepare(
-        self,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        after: Iterable[Future[Any]],
-        opts: JobOptions,
-        now: float,
-        fn_name: str | None = None,
-        upstream: list[Future[Any]] | None = None,
-    ) -> NewJob | JobFuture[Any]:
-        """The row for one call, or a future already failed with the pickling error.
-
-        ``upstream`` (if given) collects the dependency futures.
-        """
-        if not callable(fn):
-            raise TypeError(f"{fn!r} is not callable")
-        # Not for a keyed job or a caller's transaction: those are written at
-        # once, below their upstreams' rows.
-        named = _Upstreams(self, opts.connection is not None, defer=opts.connection is None and opts.key is None)
-        args, kwargs = serialization.map_arguments(args, kwargs, named.argument)
-        for f in after:
-            named.order_after(f)
-        if upstream is not None:
-            upstream += named.futures
-        try:
-            payload = serialization.dump_payload(fn, args, kwargs, self._store.signer)
-            limit = self._store.driver.max_payload
-            if limit is not None and len(payload) > limit:
-                raise ValueError(
-                    f"the pickled call is {len(payload):,} bytes; this {self._store.driver.label} server takes "
-                    f"at most {limit:,} in a row (max_allowed_packet): pass a path or a key instead of the data"
-                )
-        except Exception as error:
-            # As ProcessPoolExecutor: the future fails with the pickling error; nothing is stored.
-            failed: JobFuture[Any] = JobFuture(None)  # type: ignore[arg-type]
-            error.__cause__ = serialization.RemoteTraceback(serialization.format_remote_traceback(error))
-            failed.set_exception(error)
-            return failed
-        return NewJob(
-            fn_name=fn_name or serialization.qualified_name(fn),
-            payload=payload,
-            deps=tuple(named.deps),
-            refs=tuple(named.refs),
-            key=opts.key,
-            group=opts.group,
-            queue=opts.queue if opts.queue is not None else self.queue,
-            weight=opts.weight,
-            priority=opts.priority,
-            timeout=opts.timeout,
-            retries=opts.retries or 0,
-            run_after=self._run_after(opts, now),
-            submitted_by=self._submitter_id,
-            retry_delay=opts.retry_delay,
-        )
-
-    def _run_after(self, opts: JobOptions, now: float) -> float | None:
-        """When the job may start, on the server's clock (``run_after`` is given on this machine's)."""
-        if opts.delay is not None:
-            return now + opts.delay
-        return None if opts.run_after is None else self._store.clock.to_server(opts.run_after)
-
     def _submit(
         self,
         fn: Callable[..., Any],
@@ -745,7 +335,7 @@ class DBExecutor(Executor):
         self._check_open()
         now = self._store.now()
         upstream: list[Future[Any]] = []
-        job = self._prepare(fn, args, kwargs, after, opts, now, upstream=upstream)
+        job = prepare(self, fn, args, kwargs, after, opts, now, upstream=upstream)
         if isinstance(job, JobFuture):
             return job
         if opts.connection is not None:
@@ -832,61 +422,7 @@ class DBExecutor(Executor):
         iterables are read as results are consumed, so ``map`` works on an
         endless iterator; ``None`` (the default) submits everything at once.
         """
-        return self._map(fn, iterables, timeout, chunksize, self._defaults, buffersize)
-
-    def _map(
-        self,
-        fn: Callable[..., Any],
-        iterables: tuple[Iterable[Any], ...],
-        timeout: float | None,
-        chunksize: int,
-        opts: JobOptions,
-        buffersize: int | None = None,
-    ) -> Iterator[Any]:
-        # The checks and messages of CPython 3.14's Executor.map.
-        if buffersize is not None and not isinstance(buffersize, int):
-            raise TypeError("buffersize must be an integer or None")
-        if buffersize is not None and buffersize < 1:
-            raise ValueError("buffersize must be None or > 0")
-        if chunksize < 1:
-            raise ValueError("chunksize must be >= 1.")
-        if opts.key is not None:
-            raise ValueError("a key names one job; map submits many (use submit for keyed jobs)")
-        if opts.connection is not None and buffersize is not None:
-            raise ValueError("buffersize submits as results are consumed, after the transaction: give one or the other")
-        self._check_open()
-        end_time = None if timeout is None else timeout + time.monotonic()
-        items = zip(*iterables)
-        plan = _MapPlan(fn, opts, None, items)
-        if chunksize > 1:
-            chunks = iter(lambda: list(itertools.islice(items, chunksize)), [])
-            plan = _MapPlan(_run_chunk, opts, serialization.qualified_name(fn), ((fn, chunk) for chunk in chunks))
-        fs = collections.deque(self._queue(plan, buffersize))
-        return _results(fs, end_time, chunksize > 1, self._scheduler, weakref.ref(self), plan if buffersize else None)
-
-    def _queue(self, plan: _MapPlan, limit: int | None) -> list[JobFuture[Any]]:
-        """Queue the next ``limit`` jobs of a ``map`` (all of them for None); their futures, in order."""
-        now = self._store.now()
-        calls = (self._prepare(plan.fn, args, {}, (), plan.opts, now, plan.name) for args in itertools.islice(plan.args, limit))
-        if plan.opts.connection is not None:
-            return self._submit_many(list(calls), now, plan.opts.connection)
-        # Queued like submits: the scheduler writes them with its ticks, in
-        # the transactions that also claim them. Handed over in slices: a
-        # short map reaches the scheduler whole (one tick writes and claims
-        # it all), a long one starts being written while the rest is pickled.
-        fs: list[JobFuture[Any]] = []
-        delays: list[float] = []
-        for part in iter(lambda: list(itertools.islice(calls, _MAP_SLICE)), []):
-            # A JobFuture in the slice could not be pickled: failed already, nothing to store.
-            queued = [c for c in part if not isinstance(c, JobFuture)]
-            futures = iter(self._scheduler.enqueue_many(queued))
-            fs.extend(c if isinstance(c, JobFuture) else next(futures) for c in part)
-            delays.extend(c.run_after for c in queued if c.run_after is not None)
-        if delays:
-            self._scheduler.due(min(delays))
-        if self._durable_submit:
-            self._scheduler.flush()
-        return fs
+        return submit_map(self, fn, iterables, timeout, chunksize, self._defaults, buffersize)
 
     # -- shutdown -------------------------------------------------------------
 
