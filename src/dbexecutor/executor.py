@@ -33,7 +33,7 @@ from . import intransaction, schema, serialization
 from .batch import Batch
 from .calls import prepare
 from .durations import Duration, seconds
-from .child import run_chunk as _run_chunk  # unused here: the name chunked rows written long ago refer to
+from .child import run_chunk as _run_chunk  # unused here: chunked rows written before it moved to child.py name it
 from .future import JobFuture
 from .mapping import submit_map
 from .options import JobOptions, required_seconds, with_options
@@ -251,6 +251,7 @@ class DBExecutor(Executor):
     def batch(self) -> Batch:
         """A new :class:`Batch`: jobs submitted through it form one unit with its own future."""
         return Batch(self, self._defaults)
+
     def futures(self) -> list[JobFuture[Any]]:
         """Futures of every unfinished job in the database, oldest first."""
         self.flush()
