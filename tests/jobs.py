@@ -272,3 +272,11 @@ def record_then_sleep_once(path: str, seconds: float) -> int:
     if runs == 0:
         time.sleep(seconds)
     return runs + 1
+
+
+def record_start_end(path: str, value: Any, seconds: float) -> Any:
+    """Append ``start:<pid>`` to ``path``, sleep, append ``end:<pid>``: a run killed midway leaves only its start."""
+    record(path, f"start:{os.getpid()}")
+    time.sleep(seconds)
+    record(path, f"end:{os.getpid()}")
+    return value

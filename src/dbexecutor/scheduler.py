@@ -175,6 +175,8 @@ class Scheduler:
         self._reports: list[Report] = []  # outcomes from the children
         self._releases: list[tuple[int, int]] = []  # held jobs no child will start
         self._claimed: list[Claimed] = []  # claimed, not yet handed to a child
+        # Handed to children by the transaction committing now, before its COMMIT (see _start_early).
+        self._early: list[Claimed] = []
         # The results the last commit recorded, by job id: a dependent it claimed
         # takes them from here (a chain's next link), not from another read.
         self._fresh: dict[int, bytes] = {}
@@ -569,6 +571,7 @@ class Scheduler:
             look = bool(rows) or not self._still_drained()
             inserted, done, claimed = self.store.finish_and_claim(
                 self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), rows, self._scope(), look=look,
+                before_commit=self._start_early,
             )
             if look and limit > 0:
                 self._looked(started, wakes)
@@ -579,6 +582,7 @@ class Scheduler:
             if limit > 0 and (look or claimed):  # a skipped claim is not one
                 self.stats.claimed(time.monotonic() - started)
         except (DBAPIError, ValueError) as error:
+            self._void_early()
             self._queue.requeue(items)
             if not items or not self._queue.refused(error):
                 raise
@@ -589,15 +593,45 @@ class Scheduler:
             # Anything else is a bug that ends the loop: the jobs go back to the
             # queue, where breaking the executor fails their futures, rather than
             # into a limbo where reading their ids would wait forever.
+            self._void_early()
             self._queue.requeue(items)
             raise
         self.stats.ended(self._reports)
         self.stats.started(len(claimed))
         self._fresh = {f.job_id: f.result for f in done.finals if f.state == DONE and f.result is not None}
         self._reports = []
-        self._claimed += claimed
+        early, self._early = {(job.job_id, job.attempt) for job in self._early}, []
+        for job in claimed:
+            if (job.job_id, job.attempt) in early:
+                self._registry.mark_running(job.job_id)
+            else:
+                self._claimed.append(job)
         self._queue.stored(items, inserted)
         return inserted, done
+
+    def _start_early(self, claimed: list[Claimed], done: Finished) -> None:
+        """In the transaction that claimed them, before its ``COMMIT``: hand jobs to idle children.
+
+        The children start on them while the commit is written (a flush to
+        disk on every database: 0.2-0.5 ms here), instead of after it. Only
+        jobs whose arguments need no read (no upstream results, or results
+        this transaction recorded) go early, one per idle child; the rest
+        are dispatched after the commit, as before. If the commit fails,
+        :meth:`_void_early` kills those children: the leases never existed.
+        """
+        self._void_early()  # an earlier try of this transaction, which did not commit
+        fresh = {f.job_id: f.result for f in done.finals if f.state == DONE and f.result is not None}
+        ready = [job for job in claimed if job.refs is not None and all(ref in fresh for ref in job.refs)]
+        ready = ready[: self._supervisor.idle_children()]
+        if ready:
+            self._supervisor.dispatch_early([(job, {ref: fresh[ref] for ref in job.refs or ()}) for job in ready])
+            self._early = ready
+
+    def _void_early(self) -> None:
+        """The transaction that claimed the jobs handed out early did not commit: stop them, report nothing."""
+        if self._early:
+            self._supervisor.void({(job.job_id, job.attempt) for job in self._early})
+            self._early = []
 
     def _adopt_committed(self) -> None:
         """Track the jobs of callers' transactions whose commit has returned; those whose rows are missing never existed."""

@@ -81,6 +81,7 @@ class Supervisor:
         self._retired: list[Child] = []  # sent Stop after max_tasks_per_child; reaped once they exit
         self._lock = threading.Lock()  # reports and kills in flight, shared with the kill threads
         self._killing: dict[Child, Assignment] = {}
+        self._voiding: set[Child] = set()  # running attempts whose lease never committed, being killed
         self._reports: list[Report] = []
         self._releases: list[tuple[int, int]] = []
         self._init_failure: str | None = None
@@ -110,7 +111,7 @@ class Supervisor:
     def busy(self) -> bool:
         """Whether a child holds a job, or a timed-out one is still being killed."""
         with self._lock:
-            if self._killing:
+            if self._killing or self._voiding:
                 return True
         return any(c.busy for c in self._children)
 
@@ -314,6 +315,52 @@ class Supervisor:
             except OSError:
                 pass  # the child is dead: its sentinel fires next tick and its jobs are reported there
 
+    def idle_children(self) -> int:
+        """How many started children hold no job: what a dispatch before the commit may use (one job each)."""
+        return sum(1 for c in self._children if not c.queue)
+
+    def dispatch_early(self, jobs: Sequence[tuple[Claimed, dict[int, bytes]]]) -> None:
+        """Hand each job to an idle child while the transaction that leased it is still committing.
+
+        One job per idle child, so that a job voided by a failed commit
+        (:meth:`void`) is the only thing its child holds.
+        """
+        assert len(jobs) <= self.idle_children(), "an early dispatch goes to idle children only"
+        self.dispatch(jobs)
+
+    def void(self, leases: set[tuple[int, int]]) -> None:
+        """The transaction that leased these attempts did not commit: kill the children running them, beside the loop.
+
+        Nothing is reported for them: the database never saw these leases, and
+        the rows went back to what they were (or were never inserted). The
+        kill makes sure an attempt whose token the next claim may hand out
+        again does not finish under it.
+        """
+        for c in list(self._children):
+            if not (c.queue and c.queue[0].lease in leases):
+                continue
+            head = c.queue[0]
+            log.warning(
+                "job %d attempt %d was handed to child %d before its lease committed, and the commit failed; "
+                "killing the child (the job is claimed again)", head.job_id, head.attempt, c.pid,
+            )
+            self._remove(c)
+            self._release(list(c.queue)[1:])
+            with self._lock:
+                self._voiding.add(c)
+            threading.Thread(target=self._kill_voided, args=(c,), name="dbexecutor-kill", daemon=True).start()
+
+    def _kill_voided(self, c: Child) -> None:
+        try:
+            kill_trees([c.pid], self.s.kill_grace)
+        except Exception:
+            log.exception("could not kill child %d", c.pid)
+        finally:
+            c.close()
+            with self._lock:
+                self._voiding.discard(c)
+            self._wake()
+
     def _pick(self) -> Child:
         """An idle child, else a new one (up to max_workers), else the least loaded with room."""
         for c in self._children:
@@ -448,7 +495,7 @@ class Supervisor:
     def _wait_for_kills(self) -> None:
         while True:
             with self._lock:
-                if not self._killing:
+                if not self._killing and not self._voiding:
                     return
             time.sleep(0.01)
 

@@ -387,6 +387,7 @@ class Store:
         scope: Scope = DEFAULT_SCOPE,
         *,
         look: bool = True,
+        before_commit: Callable[[list[Claimed], Finished], None] | None = None,
     ) -> tuple[list[Submitted], Finished, list[Claimed]]:
         """One scheduler tick in one commit: insert ``new`` jobs, record how attempts ended, then claim.
 
@@ -404,6 +405,12 @@ class Store:
         rows, the claim is then skipped, one statement less, unless these
         reports themselves made jobs runnable (dependents released, retries,
         refusals).
+
+        ``before_commit``: called with what this transaction claimed and
+        finished, after its last statement and before its ``COMMIT`` (so that
+        the jobs start while the commit is written). It is called again if
+        the transaction is tried again, and the commit may still fail: the
+        caller must be able to take back what it did with them.
         """
         direct = (
             limit > 0
@@ -446,6 +453,8 @@ class Store:
                 drained = False  # not looked, and there may be runnable rows now
             # New rows this transaction claimed itself are nobody else's news.
             submit.notify_changes(ctx, conn, new, inserted, now, done, taken={c.job_id for c in claimed})
+            if before_commit is not None and claimed:
+                before_commit(claimed, done)
             return inserted, done, claimed, groups, drained
 
         before, self.drained = self.drained, False  # until the commit says otherwise

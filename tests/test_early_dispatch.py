@@ -1,0 +1,141 @@
+"""Jobs start while the transaction that leased them commits, and a failed commit takes them back.
+
+A tick's transaction hands the jobs it claimed to idle children after its
+last statement and before its ``COMMIT`` (``Store.finish_and_claim``'s
+``before_commit``): the children start while the commit is flushed to disk.
+If the commit then fails, the leases never existed (the rows went back, or
+were never inserted) and the next claim may hand out the same token again:
+the children running those attempts are killed and nothing they report is
+recorded. Only jobs whose arguments need no read go early, one per idle
+child.
+
+The commits of the claiming transactions are found by wrapping that hook,
+and delayed or failed with a SQLAlchemy ``commit`` event.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from sqlalchemy.exc import OperationalError
+
+import jobs
+from dbexecutor.store import Store
+
+T = 60
+
+
+class ClaimingCommits:
+    """Delays or fails the commits of the transactions that claimed jobs of one function, once armed."""
+
+    def __init__(self) -> None:
+        self.function = ""
+        self.delay = 0.0
+        self.fail = 0
+        self.entered: list[float] = []  # wall clock at each matching commit
+        self._next: threading.local = threading.local()
+
+    def claimed(self, names: list[str]) -> None:
+        """Called by the wrapped hook: the next commit in this thread is a claiming one."""
+        self._next.match = any(n.endswith(self.function) for n in names) if self.function else False
+
+    def on_commit(self, conn: Any) -> None:
+        if not getattr(self._next, "match", False):
+            return
+        self._next.match = False
+        self.entered.append(time.time())
+        if self.fail > 0:
+            self.fail -= 1
+            # As a commit the server refused: the transaction is over, and nothing of it stays.
+            conn.connection.dbapi_connection.rollback()
+            raise OperationalError("COMMIT", None, Exception("injected commit failure"))
+        if self.delay:
+            time.sleep(self.delay)
+
+
+@pytest.fixture
+def commits(monkeypatch: Any) -> Iterator[ClaimingCommits]:
+    hooks = ClaimingCommits()
+    real = Store.finish_and_claim
+
+    def finish_and_claim(self: Store, *args: Any, before_commit: Any = None, **kwargs: Any) -> Any:
+        def hook(claimed: Any, done: Any) -> None:
+            before_commit(claimed, done)
+            hooks.claimed([c.fn_name for c in claimed])
+
+        return real(self, *args, before_commit=hook if before_commit is not None else None, **kwargs)
+
+    monkeypatch.setattr(Store, "finish_and_claim", finish_and_claim)
+    event.listen(Engine, "commit", hooks.on_commit)
+    try:
+        yield hooks
+    finally:
+        event.remove(Engine, "commit", hooks.on_commit)
+
+
+def _lines(path: str) -> list[str]:
+    return open(path).read().split() if os.path.exists(path) else []
+
+
+def _check_runs(path: str, attempts: list[Any]) -> None:
+    """The run handed out before the failed commit was killed before its end; the next one ran through and was recorded.
+
+    Rolled back, the next claim hands out the same attempt number (and, on
+    SQLite, the same id): had the first run lived, its result would have
+    passed the fence in the second run's place.
+    """
+    time.sleep(1.5)  # longer than a run: a first run left alive would have ended by now
+    first, second, end = _lines(path)
+    assert first.startswith("start:") and second.startswith("start:") and first != second
+    assert end == "end:" + second.split(":")[1]
+    [attempt] = attempts
+    assert (attempt.attempt, attempt.outcome) == (1, "ok")
+    assert attempt.worker.endswith(":" + second.split(":")[1])
+
+
+@pytest.mark.timeout(T)
+def test_a_claimed_job_starts_before_its_lease_commits(db, commits):
+    ex = db.executor(2)
+    ex.submit(jobs.identity, 0).result(timeout=T)  # children started and idle
+    commits.function, commits.delay = "timed", 0.6
+    start, _, value = ex.submit(jobs.timed, 0.0, "x").result(timeout=T)
+    assert value == "x"
+    assert commits.entered, "no claiming transaction of the job was seen"
+    # Dispatched after the commit, it would have started 0.6 s after the commit began.
+    assert start < commits.entered[0] + 0.3, (start - commits.entered[0])
+
+
+@pytest.mark.timeout(T)
+def test_a_job_whose_lease_did_not_commit_is_killed_and_runs_again(db, commits, tmp_path, caplog):
+    path = str(tmp_path / "runs")
+    ex = db.executor(2)
+    ex.submit(jobs.identity, 0).result(timeout=T)
+    commits.function, commits.fail = "record_start_end", 1
+    fut = ex.submit(jobs.record_start_end, path, "v", 1.0)
+    assert fut.result(timeout=T) == "v"
+    assert commits.fail == 0, "the claiming commit was never failed"
+    _check_runs(path, db.attempts(fut.job_id))
+    assert db.row(fut.job_id).state == "done"
+    assert "before its lease committed" in caplog.text
+    assert len(db.jobs()) == 2, [(r.id, r.state, r.attempt, r.fn_name) for r in db.jobs()]  # the rolled-back insert left no row
+
+
+@pytest.mark.timeout(T)
+def test_a_released_dependent_whose_claim_did_not_commit_is_killed_and_runs_again(db, commits, tmp_path):
+    path = str(tmp_path / "runs")
+    ex = db.executor(2)
+    ex.submit(jobs.identity, 0).result(timeout=T)
+    commits.function, commits.fail = "record_start_end", 1
+    up = ex.submit(jobs.identity, 7)
+    dep = ex.submit(jobs.record_start_end, path, up, 1.0)  # released and claimed by the finish of `up`
+    assert dep.result(timeout=T) == 7
+    assert commits.fail == 0, "the claiming commit was never failed"
+    assert [a.outcome for a in db.attempts(up.job_id)] == ["ok"]
+    _check_runs(path, db.attempts(dep.job_id))
