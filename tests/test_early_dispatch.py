@@ -7,7 +7,9 @@ If the commit then fails, the leases never existed (the rows went back, or
 were never inserted) and the next claim may hand out the same token again:
 the children running those attempts are killed and nothing they report is
 recorded. Only jobs whose arguments need no read go early, one per idle
-child.
+child. A job that opened a transaction (``dbexecutor.transaction()``)
+completes it only once the parent says the lease committed (``Committed``):
+before that, its fenced completion would find the lease lost.
 
 The commits of the claiming transactions are found by wrapping that hook,
 and delayed or failed with a SQLAlchemy ``commit`` event.
@@ -27,7 +29,9 @@ from sqlalchemy.engine import Engine
 from sqlalchemy.exc import OperationalError
 
 import jobs
+import txn_jobs
 from dbexecutor.store import Store
+from test_job_transactions import _values, items  # noqa: F401 - items is a fixture
 
 T = 60
 
@@ -139,3 +143,18 @@ def test_a_released_dependent_whose_claim_did_not_commit_is_killed_and_runs_agai
     assert commits.fail == 0, "the claiming commit was never failed"
     assert [a.outcome for a in db.attempts(up.job_id)] == ["ok"]
     _check_runs(path, db.attempts(dep.job_id))
+
+
+@pytest.mark.timeout(T)
+def test_a_job_transaction_completes_only_once_its_early_lease_committed(db, commits, items, caplog):
+    ex = db.executor(2)
+    ex.submit(jobs.identity, 0).result(timeout=T)
+    # The job writes and returns well within the 0.5 s its lease takes to commit.
+    commits.function, commits.delay = "insert", 0.5
+    futs = [ex.submit(txn_jobs.insert, items, i) for i in range(3)]
+    assert [f.result(timeout=T) for f in futs] == [0, 1, 2]
+    assert commits.entered, "no claiming transaction of the jobs was seen"
+    assert _values(db, items) == ["0", "1", "2"]  # committed with their completions, none rolled back as lost
+    assert not [r for r in caplog.records if "lost its lease" in r.getMessage()]
+    for f in futs:
+        assert [a.outcome for a in db.attempts(f.job_id)] == ["ok"]

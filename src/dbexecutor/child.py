@@ -6,6 +6,8 @@
     parent ─── Call(job, attempt, payload, ► inbox thread: reads the pipe at once
                     inputs) ───────────────► main thread: check and load the payload
                                              and the upstream results it takes, run fn
+           ─── Committed(job, attempt) ────► an early call's lease committed (a job
+                                             transaction completes only after it)
            ◄── Result ────────────────────── the outcome, signed (never writes a row)
            ◄── Beat ──────────────────────── heartbeat thread, while a job runs;
                                              it ends the child if the lifeline closes
@@ -39,7 +41,7 @@ import psutil
 
 from . import progress, serialization, transactions
 from .errors import CannotRunHere
-from .messages import Beat, Call, Calls, ChildConfig, InitFailed, Progress, Ready, Result, Stop, FromChild
+from .messages import Beat, Call, Calls, ChildConfig, Committed, InitFailed, Progress, Ready, Result, Stop, FromChild
 
 __all__ = ["child_main", "run_chunk"]
 
@@ -81,6 +83,10 @@ class _Link(threading.Thread):
         self._conn = conn
         self._lock = threading.Lock()
         self._inbox: queue.SimpleQueue[Call | Stop] = queue.SimpleQueue()
+        # Leases of early calls known to have committed (the latest few: a
+        # job that opened no transaction never asks about its own).
+        self._committed: dict[tuple[int, int], None] = {}
+        self._commit_seen = threading.Condition()
 
     def send(self, msg: FromChild) -> None:
         try:
@@ -93,12 +99,24 @@ class _Link(threading.Thread):
         """The next message from the parent (waits for it)."""
         return self._inbox.get()
 
+    def wait_committed(self, job_id: int, attempt: int) -> None:
+        """Wait until the parent says the lease ``(job_id, attempt)`` committed (it kills this child if it never does)."""
+        with self._commit_seen:
+            self._commit_seen.wait_for(lambda: (job_id, attempt) in self._committed)
+
     def run(self) -> None:
         while True:
             try:
-                msg: Call | Calls | Stop = self._conn.recv()
+                msg: Call | Calls | Committed | Stop = self._conn.recv()
             except (EOFError, OSError):
                 _die_with_parent()
+            if isinstance(msg, Committed):
+                with self._commit_seen:
+                    self._committed[(msg.job_id, msg.attempt)] = None
+                    while len(self._committed) > 64:
+                        del self._committed[next(iter(self._committed))]
+                    self._commit_seen.notify_all()
+                continue
             if isinstance(msg, Calls):
                 for call in msg.calls:
                     self._inbox.put(call)
@@ -256,6 +274,8 @@ def child_main(conn: Connection, lifeline: Connection, config: ChildConfig) -> N
         ok, blob, summary, loaded, refused = _run_one(call, config.signer)
         finalized = False
         if txns is not None and txns.open:
+            if call.early:
+                link.wait_committed(call.job_id, call.attempt)  # the lease the completion is fenced by
             # Still beating: the commit may wait a moment for the row's lock.
             ok, blob, summary, finalized = txns.end(call, ok, blob, summary, started)
         beat.end_job()

@@ -8,6 +8,7 @@
                              ◄─────────── Ready | InitFailed
     Call(job_id, attempt, payload, inputs) ────────────────► main thread: run it
       or Calls([Call, ...]): the jobs of one tick, queued in order
+    Committed(job_id, attempt) ────────────────────────────► an early Call's lease committed
                              ◄──────────── Beat(job_id, attempt)   heartbeat thread,
                                                                    while the job runs
                              ◄──────────── Progress(...)           what the job reported
@@ -33,7 +34,7 @@ from typing import Any, Callable, NamedTuple, Union
 
 from .serialization import Signer
 
-__all__ = ["DatabaseAddress", "ChildConfig", "Call", "Stop", "Ready", "InitFailed", "Beat", "Progress", "Result", "ToChild", "FromChild"]
+__all__ = ["DatabaseAddress", "ChildConfig", "Call", "Committed", "Stop", "Ready", "InitFailed", "Beat", "Progress", "Result", "ToChild", "FromChild"]
 
 
 class DatabaseAddress(NamedTuple):
@@ -70,12 +71,27 @@ class Call(NamedTuple):
     payload: bytes
     inputs: dict[int, bytes]
     refs: tuple[int, ...] = ()
+    #: Sent before the transaction that leased it committed: a job transaction
+    #: (``dbexecutor.transaction()``) completes only once ``Committed`` arrives.
+    early: bool = False
 
 
 class Calls(NamedTuple):
     """Several jobs for one child at once, run in this order (one message per tick instead of one per job)."""
 
     calls: tuple[Call, ...]
+
+
+class Committed(NamedTuple):
+    """The lease of an ``early`` call committed: its job's transaction may now complete, fenced by that lease.
+
+    Until then the row does not show the lease (or does not exist yet), and
+    a fenced completion would find it lost. If the commit fails instead, the
+    child is killed and never gets this.
+    """
+
+    job_id: int
+    attempt: int
 
 
 class Stop(NamedTuple):
@@ -140,5 +156,5 @@ class Result(NamedTuple):
     finalized: bool = False
 
 
-ToChild = Union[Call, Calls, Stop]
+ToChild = Union[Call, Calls, Committed, Stop]
 FromChild = Union[Ready, InitFailed, Beat, Progress, Result]

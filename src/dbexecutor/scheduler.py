@@ -601,6 +601,8 @@ class Scheduler:
         self._fresh = {f.job_id: f.result for f in done.finals if f.state == DONE and f.result is not None}
         self._reports = []
         early, self._early = {(job.job_id, job.attempt) for job in self._early}, []
+        if early:
+            self._supervisor.committed(early)
         for job in claimed:
             if (job.job_id, job.attempt) in early:
                 self._registry.mark_running(job.job_id)

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import serialization
 from .errors import JobTimeoutError, WorkerDied
-from .messages import Beat, Call, Calls, ChildConfig, DatabaseAddress, InitFailed, Progress, Ready, Result, Stop
+from .messages import Beat, Call, Calls, ChildConfig, Committed, DatabaseAddress, InitFailed, Progress, Ready, Result, Stop
 from .pace import Pace
 from .pool import Assignment, Child, describe_exit, kill_trees, start_child
 from .records import Claimed, Report
@@ -293,8 +293,11 @@ class Supervisor:
     def _depth(self, c: Child | None) -> int:
         return self._pace.depth(c.tasks if c is not None else 0, self.s.max_tasks_per_child)
 
-    def dispatch(self, jobs: Sequence[tuple[Claimed, dict[int, bytes]]]) -> None:
-        """Hand claimed jobs, each with the upstream results it takes, to children: one message per child."""
+    def dispatch(self, jobs: Sequence[tuple[Claimed, dict[int, bytes]]], *, early: bool = False) -> None:
+        """Hand claimed jobs, each with the upstream results it takes, to children: one message per child.
+
+        ``early``: their leases are not committed yet (:meth:`dispatch_early`).
+        """
         calls: dict[Child, list[Call]] = {}
         for job, inputs in jobs:
             c = self._pick()
@@ -308,7 +311,7 @@ class Supervisor:
             if len(c.queue) == 1:
                 c.head_started()
             log.debug("job %d (%s) attempt %d -> child %d", job.job_id, job.fn_name, job.attempt, c.pid)
-            calls.setdefault(c, []).append(Call(job.job_id, job.attempt, job.payload, inputs, job.refs or ()))
+            calls.setdefault(c, []).append(Call(job.job_id, job.attempt, job.payload, inputs, job.refs or (), early))
         for c, batch in calls.items():
             try:
                 c.conn.send(batch[0] if len(batch) == 1 else Calls(tuple(batch)))
@@ -326,7 +329,17 @@ class Supervisor:
         (:meth:`void`) is the only thing its child holds.
         """
         assert len(jobs) <= self.idle_children(), "an early dispatch goes to idle children only"
-        self.dispatch(jobs)
+        self.dispatch(jobs, early=True)
+
+    def committed(self, leases: set[tuple[int, int]]) -> None:
+        """The transaction that leased these early calls committed: tell the children that hold them."""
+        for c in self._children:
+            for a in c.queue:
+                if a.lease in leases:
+                    try:
+                        c.conn.send(Committed(*a.lease))
+                    except OSError:
+                        pass  # the child is dead: its sentinel fires next tick
 
     def void(self, leases: set[tuple[int, int]]) -> None:
         """The transaction that leased these attempts did not commit: kill the children running them, beside the loop.
