@@ -549,14 +549,19 @@ class Scheduler:
                 if limit > 0:
                     probe = not self._wakeup.take_work_hint()
                     started, wakes = time.monotonic(), self._wakeup.wakes
-                    claimed = self.store.claim(
-                        self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe, scope=self._scope()
-                    )
+                    try:
+                        claimed = self.store.claim(
+                            self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe, scope=self._scope(),
+                            before_commit=self._start_early,
+                        )
+                    except BaseException:
+                        self._void_early()
+                        raise
                     self._looked(started, wakes)
                     if claimed:  # an idle probe is not a claim
                         self.stats.claimed(time.monotonic() - started)
                         self.stats.started(len(claimed))
-                    self._claimed += claimed
+                    self._claimed += self._started_early(claimed)
                 return
             written = self._commit(items, rows, limit)
         if written is not None:
@@ -600,16 +605,23 @@ class Scheduler:
         self.stats.started(len(claimed))
         self._fresh = {f.job_id: f.result for f in done.finals if f.state == DONE and f.result is not None}
         self._reports = []
+        self._claimed += self._started_early(claimed)
+        self._queue.stored(items, inserted)
+        return inserted, done
+
+    def _started_early(self, claimed: list[Claimed]) -> list[Claimed]:
+        """After the commit that leased ``claimed``: tell the children running the early ones; the rest, to dispatch."""
         early, self._early = {(job.job_id, job.attempt) for job in self._early}, []
-        if early:
-            self._supervisor.committed(early)
+        if not early:
+            return claimed
+        self._supervisor.committed(early)
+        rest = []
         for job in claimed:
             if (job.job_id, job.attempt) in early:
                 self._registry.mark_running(job.job_id)
             else:
-                self._claimed.append(job)
-        self._queue.stored(items, inserted)
-        return inserted, done
+                rest.append(job)
+        return rest
 
     def _start_early(self, claimed: list[Claimed], done: Finished) -> None:
         """In the transaction that claimed them, before its ``COMMIT``: hand jobs to idle children.

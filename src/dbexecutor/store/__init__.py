@@ -355,13 +355,22 @@ class Store:
         return self._txn(lambda conn: claim.runnable_groups(self.ctx, conn, now, scope), read_only=True)  # type: ignore[no-any-return]
 
     def claim(
-        self, owner: str, limit: int, ttl: float, now: float, *, probe: bool = True, scope: Scope = DEFAULT_SCOPE
+        self,
+        owner: str,
+        limit: int,
+        ttl: float,
+        now: float,
+        *,
+        probe: bool = True,
+        scope: Scope = DEFAULT_SCOPE,
+        before_commit: Callable[[list[Claimed], Finished], None] | None = None,
     ) -> list[Claimed]:
         """Lease up to ``limit`` ready jobs of ``scope`` in one transaction: fair share over groups, then priority, then age.
 
         With ``probe``, looks first, without a write lock, whether anything is
         runnable: an idle poll is one indexed read, also on SQLite. Without it
-        (work is known to be there), one round trip less.
+        (work is known to be there), one round trip less. ``before_commit``:
+        as in :meth:`finish_and_claim` (nothing is finished here).
         """
         if limit <= 0:
             return []
@@ -370,8 +379,14 @@ class Store:
             self.ctx.backlog = False
             self.drained = True
             return []
+        def work(conn: Connection) -> tuple[list[Claimed], bool]:
+            got, drained = claim.claim(self.ctx, conn, owner, limit, ttl, now, scope)
+            if before_commit is not None and got:
+                before_commit(got, Finished())
+            return got, drained
+
         out: list[Claimed]
-        out, drained = self._txn(lambda conn: claim.claim(self.ctx, conn, owner, limit, ttl, now, scope))
+        out, drained = self._txn(work)
         self.ctx.backlog = len(out) >= limit
         self.drained = drained
         return out
