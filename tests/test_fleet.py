@@ -198,3 +198,21 @@ def test_work_submitted_elsewhere_starts_without_waiting_for_a_poll(db, tmp_path
             assert time.monotonic() - started < 10, "nothing woke the other side: it waited for its poll"
     finally:
         _stop(runner)
+
+
+def test_an_executor_that_just_registered_hears_of_the_next_finish(db):
+    """A job of this executor finished by another, which had read whom to ring a moment before this one started.
+
+    Both poll only every 30 s. An executor reuses its list of peers for a
+    couple of seconds: without the newcomer's hello (``dbexecutor.doorbell``)
+    the finish would not reach it, and its future would wait for its poll.
+    On PostgreSQL the NOTIFY reaches every listener anyway.
+    """
+    slow = {"poll_interval": 30.0}
+    runner = db.executor(1, **slow)
+    runner.submit(jobs.identity, 0).result(timeout=T)  # its last ring read the peers: itself alone
+    submitter = db.executor(1, run_jobs=False, **slow)
+    fut = submitter.submit(jobs.sleep, 0.3, "x")
+    started = time.monotonic()
+    assert fut.result(timeout=10) == "x"  # its poll would come after 30 s
+    assert time.monotonic() - started < 5, "the finish did not reach the new executor: it waited for its poll"

@@ -9,6 +9,12 @@ would carry to every other live executor::
 
     commit ──► Doorbell.ring(payload) ──UDP──► other executors' loops ──► claim / resolve futures
 
+Each executor reuses its list of whom to ring for a couple of seconds. A
+new executor therefore rings everyone once as it starts (the ``h`` flag,
+"hello"), and whoever hears it reads the list again at its next ring: the
+newcomer hears of the very next change, not only of those after the list
+expired.
+
 A datagram can be lost, and nothing here retries: polling every
 ``poll_interval`` stays the backstop, as it is for ``NOTIFY``. A datagram
 only makes an executor look at the database sooner; it carries no data that
@@ -86,6 +92,10 @@ class Doorbell:
                 self._cache = self._peers()
                 self._cached_at = time.monotonic()
             return [addr for name, addr in self._cache.items() if name != exclude and addr]
+
+    def hello(self, sender: str, exclude: str) -> None:
+        """Say to every live executor that this one just registered: they add it to whom they ring (``sender``: the store's)."""
+        self.ring([f"{sender}\th\t"], exclude)
 
     def forget_peers(self) -> None:
         """Read the peers again at the next ring (a new executor registered, or one stopped)."""

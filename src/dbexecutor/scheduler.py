@@ -158,6 +158,7 @@ class Scheduler:
         if self._doorbell is not None:
             doorbell = self._doorbell
             store.after_commit = lambda payloads: doorbell.ring(payloads, exclude=self.owner)
+            doorbell.hello(store.sender, exclude=self.owner)  # registered: the others ring us from their next change
         #: Shutdown and broken flags.
         self.flags = ExecutorFlags()
         #: Run-time and transaction-time averages (public so tests can pin them).
@@ -826,6 +827,10 @@ class Scheduler:
         if sender == self.store.sender:
             return  # our own change: this loop already knows
         flags, _, ids = rest.partition("\t")
+        if "h" in flags:  # a new executor registered (doorbell): ring it too from now on
+            if self._doorbell is not None:
+                self._doorbell.forget_peers()
+            return
         if "f" in flags:
             named = None if ids == "*" else [int(i) for i in ids.split(",") if i]
             if not self._registry.finished_elsewhere(named) and "r" not in flags:
