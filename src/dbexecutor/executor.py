@@ -344,13 +344,12 @@ class DBExecutor(Executor):
         if job.key is None:
             # The next scheduler tick writes it, with every other submit since
             # the last commit, in the transaction that also claims work.
-            fut = self._scheduler.enqueue(job)
-            if job.run_after is not None:
-                self._scheduler.due(job.run_after)
             # Below a job known to have failed or been cancelled, the new job
             # is final on arrival: write it now, so its future says so at once.
-            if self._durable_submit or (upstream and any(_ended_badly(f) for f in upstream)):
-                self._scheduler.flush()
+            now_ = self._durable_submit or bool(upstream and any(_ended_badly(f) for f in upstream))
+            fut = self._scheduler.enqueue(job, write=now_)
+            if job.run_after is not None:
+                self._scheduler.due(job.run_after)
             return fut
         # A key is looked up first (it may name an existing job, whose future
         # this returns): written now, after the submits queued before it.

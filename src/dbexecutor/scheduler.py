@@ -219,9 +219,21 @@ class Scheduler:
         self._dues.add(when)
         self.wake()
 
-    def enqueue(self, job: NewJob) -> JobFuture[Any]:
-        """Queue a submitted job for the next commit of submits; its future gets the id then."""
-        return self.enqueue_many([job])[0]
+    def enqueue(self, job: NewJob, write: bool = False) -> JobFuture[Any]:
+        """Queue a submitted job for the next commit of submits; its future gets the id then.
+
+        ``write=True``: write it now, in the caller's thread, with whatever
+        was queued before it (a durable submit). It is queued while the
+        caller holds the queue's writer, so the loop cannot take it into a
+        tick of its own and make the caller wait for that whole tick (its
+        claim and its dispatch) instead of its own write.
+        """
+        if not write:
+            return self.enqueue_many([job])[0]
+        with self._queue.writing():
+            fut = self._queue.put([job], wake=False)[0]
+            self._queue.flush()  # wakes the loop once the row is committed
+        return fut
 
     def enqueue_many(self, jobs: Sequence[NewJob]) -> list[JobFuture[Any]]:
         """Queue several jobs at once: one wake-up, so the next tick sees them all.
@@ -537,36 +549,50 @@ class Scheduler:
             self.store.forget_dead(max(_FORGET_AFTER, 10 * self.s.lease_ttl))
 
     def _write_and_claim(self) -> None:
-        """Write queued submits and collected reports, and claim work for free slots: one transaction."""
+        """Write queued submits and collected reports, and claim work for free slots: one transaction.
+
+        The queue's writer is held only while queued submits are written (so
+        that ids follow submission order). A tick that writes none records
+        results and claims without it: a caller's ``flush()`` (a durable
+        submit, a keyed job) then writes beside it instead of waiting for it.
+        """
         with self._queue.writing():
-            limit = self._free_slots()
             # A bounded share per tick, so that a burst of thousands does
             # not hold the claim back until all of them are written.
             items, more = self._queue.take(_PENDING_PER_TICK)
             if more:
                 self.wake(work=True)  # the rest in the next tick, at once
             items, rows = self._queue.resolve(items)
-            if not items and not self._reports:
-                if limit > 0:
-                    probe = not self._wakeup.take_work_hint()
-                    started, wakes = time.monotonic(), self._wakeup.wakes
-                    try:
-                        claimed = self.store.claim(
-                            self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe, scope=self._scope(),
-                            before_commit=self._start_early,
-                        )
-                    except BaseException:
-                        self._void_early()
-                        raise
-                    self._looked(started, wakes)
-                    if claimed:  # an idle probe is not a claim
-                        self.stats.claimed(time.monotonic() - started)
-                        self.stats.started(len(claimed))
-                    self._claimed += self._started_early(claimed)
-                return
-            written = self._commit(items, rows, limit)
-        if written is not None:
-            self._resolve(*written)
+            written = self._commit(items, rows, self._free_slots()) if items else None
+        if items:
+            if written is not None:
+                self._resolve(*written)
+            return
+        limit = self._free_slots()
+        if self._reports:
+            written = self._commit([], [], limit)
+            if written is not None:
+                self._resolve(*written)
+        elif limit > 0:
+            self._look(limit)
+
+    def _look(self, limit: int) -> None:
+        """An idle tick: claim up to ``limit`` jobs (or probe whether any are runnable), nothing else to write."""
+        probe = not self._wakeup.take_work_hint()
+        started, wakes = time.monotonic(), self._wakeup.wakes
+        try:
+            claimed = self.store.claim(
+                self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe, scope=self._scope(),
+                before_commit=self._start_early,
+            )
+        except BaseException:
+            self._void_early()
+            raise
+        self._looked(started, wakes)
+        if claimed:  # an idle probe is not a claim
+            self.stats.claimed(time.monotonic() - started)
+            self.stats.started(len(claimed))
+        self._claimed += self._started_early(claimed)
 
     def _commit(self, items: list[Item], rows: list[NewJob], limit: int) -> tuple[list[Submitted], Finished] | None:
         """Insert ``items`` (as ``rows``), record the reports and claim up to ``limit`` jobs; None if rows were refused."""

@@ -89,12 +89,17 @@ class SubmitQueue:
         """Whether ``fut``'s job waits here to be written."""
         return fut.awaits(self.flush)
 
-    def put(self, jobs: Sequence[NewJob]) -> list[JobFuture[Any]]:
-        """Queue jobs for the next commit of submits (one wake-up for all); their futures get ids then."""
+    def put(self, jobs: Sequence[NewJob], wake: bool = True) -> list[JobFuture[Any]]:
+        """Queue jobs for the next commit of submits (one wake-up for all); their futures get ids then.
+
+        ``wake=False``: the caller flushes at once (a durable submit), and
+        the flush wakes the loop once the rows are committed.
+        """
         futures = [self._registry.new_future(self.flush) for _ in jobs]
         with self._flags.admitting(), self._lock:
             self._items.extend(zip(jobs, futures))
-        self._wake(work=True)
+        if wake:
+            self._wake(work=True)
         return futures
 
     @contextmanager
@@ -163,6 +168,7 @@ class SubmitQueue:
             except (DBAPIError, ValueError) as error:
                 if not self.refused(error):
                     self.requeue(items)
+                    self._wake(work=True)  # the loop retries them
                     raise
                 self.write_one_by_one(items)
             else:
