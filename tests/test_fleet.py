@@ -13,12 +13,14 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from sqlalchemy import event
 
 import jobs
 from clitools import cli, cli_env, start_worker
@@ -216,3 +218,36 @@ def test_an_executor_that_just_registered_hears_of_the_next_finish(db):
     started = time.monotonic()
     assert fut.result(timeout=10) == "x"  # its poll would come after 30 s
     assert time.monotonic() - started < 5, "the finish did not reach the new executor: it waited for its poll"
+
+
+def test_a_durable_submit_is_one_statement_and_still_wakes_the_others(db):
+    """A durable submit of one job runs one statement, its ``INSERT``, and an executor elsewhere starts it at once.
+
+    On PostgreSQL the notification rides in the ``INSERT`` (``pg_notify()``
+    in its ``RETURNING``) instead of a statement of its own; on SQLite and
+    MariaDB it is a datagram sent after the commit. Both sides poll only
+    every 30 s.
+    """
+    slow = {"poll_interval": 30.0}
+    runner = db.executor(1, **slow)
+    runner.submit(jobs.identity, 0).result(timeout=T)
+    submitter = db.executor(1, run_jobs=False, durable_submit=True, **slow)
+    submitter.submit(jobs.identity, 1).result(timeout=T)  # its group row is written once, with its first job
+    statements: list[str] = []
+
+    def seen(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        if threading.current_thread() is threading.main_thread() and not statement.lstrip().upper().startswith("BEGIN"):
+            statements.append(statement)
+
+    engine = submitter._store.engine
+    event.listen(engine, "before_cursor_execute", seen)
+    try:
+        for i in range(3):
+            statements.clear()
+            started = time.monotonic()
+            fut = submitter.submit(jobs.identity, i)
+            assert len(statements) == 1 and statements[0].lstrip().upper().startswith("INSERT"), statements
+            assert fut.result(timeout=20) == i
+            assert time.monotonic() - started < 10, "nothing woke the other side: it waited for its poll"
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)

@@ -70,6 +70,8 @@ class Driver:
     repeats_index_predicate: ClassVar[bool] = False
     #: :meth:`notify` and :meth:`listen` reach other processes (PostgreSQL's LISTEN/NOTIFY).
     supports_notify: ClassVar[bool] = False
+    #: :meth:`insert_job_rows` of one row can send a notification with the insert (no statement of its own).
+    notifies_on_insert: ClassVar[bool] = False
     #: ``UPDATE ... RETURNING``: a claim leases and reads its rows in one statement.
     update_returning: bool = True
     #: ``INSERT ... RETURNING``: an insert reads back the ids (and states) it made.
@@ -230,8 +232,15 @@ class Driver:
         if rows:
             self.executemany(conn, self._derived(("insert", table.name), lambda: insert(table)), rows, tuple(rows[0]))
 
-    def insert_job_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> list[int]:
-        """Insert job ``rows`` (the same keys each) and return their new ids, in row order."""
+    def insert_job_rows(
+        self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]], notify: tuple[str, str] | None = None
+    ) -> list[int]:
+        """Insert job ``rows`` (the same keys each) and return their new ids, in row order.
+
+        ``notify``: ``(channel, payload)`` to send with a one-row insert (only if :attr:`notifies_on_insert`).
+        """
+        if notify is not None:
+            raise NotImplementedError(f"{self.label} sends no notification with an insert")
         if len(rows) > 1 and self.insert_returning:
             stmt = self._derived(("insert_returning", table.name), lambda: insert(table).returning(table.c.id, sort_by_parameter_order=True))
             return [int(x) for x in conn.execute(stmt, list(rows)).scalars()]

@@ -155,11 +155,13 @@ class MySQLDriver(Driver):
         if rows:
             self._multi_insert(conn, table, rows, returning=False)
 
-    def insert_job_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> list[int]:
+    def insert_job_rows(
+        self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]], notify: tuple[str, str] | None = None
+    ) -> list[int]:
         """MariaDB: multi-row ``INSERT ... RETURNING id``; MySQL: one statement per row (the base form)."""
-        if len(rows) > 1 and self.insert_returning:
+        if len(rows) > 1 and self.insert_returning and notify is None:
             return self._multi_insert(conn, table, rows, returning=True)
-        return super().insert_job_rows(conn, table, rows)
+        return super().insert_job_rows(conn, table, rows, notify)
 
     def finish_done(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float) -> set[int]:
         """One ``UPDATE`` per chunk, each row's result and token picked by ``CASE`` on the id; a short count is read back."""

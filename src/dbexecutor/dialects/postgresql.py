@@ -20,6 +20,7 @@ from sqlalchemy import (
     bindparam,
     event,
     func,
+    insert,
     literal_column,
     select,
     text,
@@ -45,6 +46,7 @@ class PostgreSQLDriver(Driver):
     label = "PostgreSQL"
     extra = "postgresql"
     supports_notify = True
+    notifies_on_insert = True
     reserves_ids = True
     finishes_recording = True
     # Deadlock, serialization failure, lock not available, admin shutdown, crash shutdown, cannot connect now.
@@ -212,8 +214,24 @@ class PostgreSQLDriver(Driver):
         params.update({f"s{k}": first[c] for k, c in enumerate(scalars)})
         conn.execute(stmt, params)
 
-    def insert_job_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> list[int]:
-        """Ids from the sequence in one round trip, then one set-based insert with them."""
+    def insert_job_rows(
+        self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]], notify: tuple[str, str] | None = None
+    ) -> list[int]:
+        """Ids from the sequence in one round trip, then one set-based insert with them.
+
+        One row with ``notify``: ``INSERT ... RETURNING id, (SELECT pg_notify(...))``,
+        the notification sent by the insert (an uncorrelated subquery runs once).
+        """
+        if notify is not None:
+            if len(rows) != 1:
+                raise ValueError("a notification goes with a one-row insert")
+            stmt = self._derived(
+                ("insert_notifying", table.name),
+                lambda: insert(table).returning(
+                    table.c.id, select(func.pg_notify(bindparam("n_channel"), bindparam("n_payload"))).scalar_subquery()
+                ),
+            )
+            return [int(conn.execute(stmt, {**rows[0], "n_channel": notify[0], "n_payload": notify[1]}).scalar_one())]
         if len(rows) == 1:
             return [self._insert_one(conn, table, rows[0])]
         # A multi-row INSERT ... RETURNING makes psycopg parse a new long query

@@ -117,7 +117,9 @@ class SQLiteDriver(Driver):
             else:
                 _begin_immediate(conn, self.lock_wait)
 
-    def insert_job_rows(self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]]) -> list[int]:
+    def insert_job_rows(
+        self, conn: Connection, table: Table, rows: Sequence[dict[str, Any]], notify: tuple[str, str] | None = None
+    ) -> list[int]:
         """Ids counted on from the table's sequence, then one plain multi-row insert with them.
 
         Every write transaction here holds the database's write lock (``BEGIN
@@ -125,8 +127,8 @@ class SQLiteDriver(Driver):
         other connection can take the ids meanwhile. An ``INSERT ... RETURNING``
         that must keep the rows' order runs one statement per row.
         """
-        if len(rows) == 1:
-            return [self._insert_one(conn, table, rows[0])]
+        if len(rows) == 1 or notify is not None:
+            return super().insert_job_rows(conn, table, rows, notify)
         ids = self.reserve_ids(conn, table, len(rows))
         self.insert_rows(conn, table, [{**row, "id": job_id} for row, job_id in zip(rows, ids)])
         return ids

@@ -271,8 +271,9 @@ class Store:
 
         def work(conn: Connection) -> tuple[list[Submitted], dict[str, int | None]]:
             groups = submit.ensure_groups(self.ctx, conn, jobs)
-            out = submit.insert_many(self.ctx, conn, jobs, now)
-            submit.notify_changes(self.ctx, conn, jobs, out, now)
+            notice = submit.arrival_notice(self.ctx, jobs, now)  # sent by the insert itself, where it can be
+            out = submit.insert_many(self.ctx, conn, jobs, now, notice=notice)
+            submit.notify_changes(self.ctx, conn, jobs, out, now, carried=notice)
             return out, groups
 
         out, groups = self._txn(work)

@@ -54,18 +54,31 @@ class Context:
     def __post_init__(self) -> None:
         self.channel = self.channel or f"{self.prefix}dbexecutor"
 
-    def notify(self, conn: Connection, *, ready: bool = False, finished: Sequence[int] = ()) -> None:
+    def payload(self, *, ready: bool = False, finished: Sequence[int] = ()) -> str | None:
+        """The notification saying that work became ready or jobs finished (None: nothing to say).
+
+        ``sender  flags  ids`` (tab-separated); ``*`` instead of ids when
+        there are too many to list.
+        """
+        if not (ready or finished):
+            return None
+        flags = ("r" if ready else "") + ("f" if finished else "")
+        ids = "*" if len(finished) > NOTIFY_IDS else ",".join(map(str, finished))
+        return f"{self.sender}\t{flags}\t{ids}"
+
+    def notify(
+        self, conn: Connection, *, ready: bool = False, finished: Sequence[int] = (), carried: str | None = None
+    ) -> None:
         """Tell other processes that work became ready or jobs finished (delivered at commit; PostgreSQL only).
 
         Called at most once per transaction, at its end, so a burst of changes
-        costs one notification. Payload: ``sender  flags  ids`` (tab-separated);
-        ``*`` instead of ids when there are too many to list.
+        costs one notification. ``carried``: the notification a statement of
+        this transaction sent already (see :func:`dbexecutor.store.submit.arrival_notice`);
+        nothing more is sent when it says the same.
         """
-        if not (ready or finished):
+        payload = self.payload(ready=ready, finished=finished)
+        if payload is None or payload == carried:
             return
-        flags = ("r" if ready else "") + ("f" if finished else "")
-        ids = "*" if len(finished) > NOTIFY_IDS else ",".join(map(str, finished))
-        payload = f"{self.sender}\t{flags}\t{ids}"
         if self.driver.supports_notify:
             self.driver.notify(conn, self.channel, payload)
         else:

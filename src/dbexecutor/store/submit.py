@@ -39,6 +39,7 @@ __all__ = [
     "leased_on_insert",
     "runnable_on_arrival",
     "notify_changes",
+    "arrival_notice",
 ]
 
 
@@ -202,7 +203,12 @@ def insert_job(ctx: Context, conn: Connection, job: NewJob, now: float) -> tuple
 
 
 def insert_many(
-    ctx: Context, conn: Connection, jobs: Sequence[NewJob], now: float, lease: tuple[str, float, int] | None = None
+    ctx: Context,
+    conn: Connection,
+    jobs: Sequence[NewJob],
+    now: float,
+    lease: tuple[str, float, int] | None = None,
+    notice: str | None = None,
 ) -> list[Submitted]:
     """Insert ``jobs`` (no keys) in the caller's transaction, ids in input order.
 
@@ -213,7 +219,8 @@ def insert_many(
     its row records that upstream's id. ``lease``: ``(owner, ttl, limit)``:
     the ``limit`` best runnable rows (priority, then order) go in leased to
     ``owner``, as a claim would lease them; the caller has made sure that
-    nothing else is runnable.
+    nothing else is runnable. ``notice``: the notification the insert
+    itself sends (from :func:`arrival_notice`).
     """
     if any(job.key is not None for job in jobs):
         raise ValueError("keyed jobs go through insert_job, which looks the key up first")
@@ -241,7 +248,8 @@ def insert_many(
         rows = [_row_after(ctx, job, upstream, now) for job in run]
         if lease is not None:
             _mark_leased(run, rows, now, *lease)
-        new_ids = ctx.driver.insert_job_rows(conn, ctx.tables.jobs, rows)
+        carry = (ctx.channel, notice) if notice is not None else None
+        new_ids = ctx.driver.insert_job_rows(conn, ctx.tables.jobs, rows, notify=carry)
         edges += _edges(run, new_ids)
         for n, (job_id, row) in enumerate(zip(new_ids, rows), start=i):
             out.append(Submitted(job_id, row["state"], row["result"]))
@@ -303,6 +311,21 @@ def _named(job: NewJob, ids: Sequence[int], known: int | None = None) -> NewJob:
     return replace(job, deps=tuple(named.get(d, d) for d in job.deps), refs=tuple(named.get(d, d) for d in job.refs))
 
 
+def arrival_notice(ctx: Context, jobs: Sequence[NewJob], now: float) -> str | None:
+    """The notification a write of ``jobs`` alone will send, when the insert statement itself can send it.
+
+    Where the driver can (``notifies_on_insert``: PostgreSQL's ``pg_notify()``
+    in the ``INSERT``), one job with no upstream and no batch: its state on
+    arrival is ``ready`` whatever the database holds, so the notification is
+    known before the insert, and a round trip of its own is saved (about
+    0.2-0.4 ms of a durable submit's 1.5 ms). None otherwise: the
+    notification goes after the insert, from what it wrote.
+    """
+    if not ctx.driver.notifies_on_insert or len(jobs) != 1 or jobs[0].deps or jobs[0].batch:
+        return None
+    return ctx.payload(ready=runnable_on_arrival(jobs[0], schema.READY, now))
+
+
 def notify_changes(
     ctx: Context,
     conn: Connection,
@@ -311,12 +334,14 @@ def notify_changes(
     now: float,
     done: Finished | None = None,
     taken: Iterable[int] = (),
+    carried: str | None = None,
 ) -> None:
     """Tell other processes what a transaction of inserts (and finishes) changed, at its commit.
 
     Work is ready if a finish released or retried jobs, or a new row is
     runnable and not among ``taken`` (rows this transaction leased itself);
     finished: the jobs ``done`` finalized and new rows already final.
+    ``carried``: what the insert sent already (:func:`arrival_notice`).
     """
     mine = set(taken)
     # A job finalized by its child may have released dependents there: said so, for whoever claims.
@@ -324,7 +349,9 @@ def notify_changes(
         runnable_on_arrival(job, row.state, now) and row.job_id not in mine for job, row in zip(jobs, rows)
     )
     finished = [f.job_id for f in done.finals] if done else []
-    ctx.notify(conn, ready=ready, finished=finished + [r.job_id for r in rows if r.state in schema.FINAL_STATES])
+    ctx.notify(
+        conn, ready=ready, finished=finished + [r.job_id for r in rows if r.state in schema.FINAL_STATES], carried=carried
+    )
 
 
 # -- leased on insert -------------------------------------------------------------------------------
