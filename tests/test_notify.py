@@ -7,6 +7,7 @@ import time
 import psycopg
 import pytest
 from psycopg import sql
+from sqlalchemy import event
 
 import jobs
 from dbexecutor.dialects import resolve
@@ -36,6 +37,7 @@ def _drain(conn, quiet: float = 0.5) -> list[str]:
 
 def test_one_notification_per_transaction(db):
     ex = db.executor(max_workers=1, poll_interval=5.0)
+    db.executor(max_workers=1, poll_interval=5.0, run_jobs=False)  # another executor, to whom ex notifies
     ex.submit(jobs.identity, 0).result(timeout=30)
     ex.configure_group("held", limit=0)  # ready rows that nobody may start
     listener = _listen(db)
@@ -71,3 +73,33 @@ def test_finishing_a_job_elsewhere_resolves_the_future_without_polling(db):
     fut = submitter.submit(jobs.square, 7)
     assert fut.result(timeout=10) == 49
     assert time.monotonic() - t0 < 5.0
+
+
+def test_an_executor_alone_sends_no_notification_until_another_registers(db):
+    """Nobody else hears a NOTIFY: an executor alone on its tables sends none (each costs a statement and
+    work at commit, per tick). Another executor says hello as it registers, and the next finish is notified."""
+    ex = db.executor(max_workers=1, poll_interval=5.0)
+    ex.submit(jobs.identity, 0).result(timeout=30)
+    sent: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, *args):
+        if "pg_notify" in statement:
+            sent.append(statement)
+
+    engine = scheduler_of(ex).store.engine
+    event.listen(engine, "before_cursor_execute", seen)
+    listener = _listen(db)
+    try:
+        assert [f.result(timeout=30) for f in [ex.submit(jobs.identity, i) for i in range(20)]] == list(range(20))
+        assert sent == [] and _drain(listener, 0.3) == []
+        other = db.executor(max_workers=1, poll_interval=30.0, run_jobs=False)
+        hello = _drain(listener, 0.3)
+        assert [n.split("\t")[1] for n in hello] == ["h"], hello
+        # The runner heard the hello: its next finish is notified at once, and the other's future follows.
+        started = time.monotonic()
+        assert other.submit(jobs.identity, 7).result(timeout=10) == 7
+        assert time.monotonic() - started < 5, "the finish was not notified: the other waited for its poll"
+        assert sent and any("f" in n.split("\t")[1] for n in _drain(listener))
+    finally:
+        event.remove(engine, "before_cursor_execute", seen)
+        listener.close()

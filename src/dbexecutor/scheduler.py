@@ -846,6 +846,7 @@ class Scheduler:
     def _on_notify(self, payload: str | None) -> None:
         """Called by the LISTEN thread: ``sender \\t flags \\t ids`` (None: anything may have happened)."""
         if payload is None:
+            self.store.forget_peers()
             self._registry.finished_elsewhere(None)
             self.wake()
             return
@@ -853,7 +854,8 @@ class Scheduler:
         if sender == self.store.sender:
             return  # our own change: this loop already knows
         flags, _, ids = rest.partition("\t")
-        if "h" in flags:  # a new executor registered (doorbell): ring it too from now on
+        if "h" in flags:  # a new executor registered: notify it (ring its doorbell) too from now on
+            self.store.forget_peers()
             if self._doorbell is not None:
                 self._doorbell.forget_peers()
             return

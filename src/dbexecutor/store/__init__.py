@@ -556,8 +556,23 @@ class Store:
     # -- the registry of executors --------------------------------------------------------------------
 
     def register(self, reg: Registration, ttl: float) -> None:
-        """Register an executor, worker or submit-only process (alive for ``ttl`` unless it beats)."""
-        self._txn(lambda conn: fleet.register(self.ctx, conn, reg, ttl, self.now()))
+        """Register an executor, worker or submit-only process (alive for ``ttl`` unless it beats).
+
+        On PostgreSQL the registration says hello (a ``NOTIFY``), so that the
+        others notify it from now on; from then on this store notifies only
+        while another executor is alive to hear it (see :meth:`Context.heard`).
+        """
+
+        def work(conn: Connection) -> None:
+            fleet.register(self.ctx, conn, reg, ttl, self.now())
+            self.ctx.hello(conn)
+
+        self._txn(work)
+        self.ctx.owner = reg.name
+
+    def forget_peers(self) -> None:
+        """Another executor said hello (or anything may have happened): look again whether one hears a ``NOTIFY``."""
+        self.ctx.forget_peers()
 
     def beat(
         self,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -15,12 +17,13 @@ from ..dialects import Driver
 from .clock import Clock
 from .sql import Statements
 
-__all__ = ["Context", "NOTIFY_IDS", "IN_CHUNK", "chunks"]
+__all__ = ["Context", "NOTIFY_IDS", "PEERS_FOR", "IN_CHUNK", "chunks"]
 
 T = TypeVar("T")
 
 IN_CHUNK = 500  # ids per statement: the lists stay small for every driver and every plan
 NOTIFY_IDS = 600  # finished ids listed in one notification (PostgreSQL caps a payload at 8000 bytes)
+PEERS_FOR = 2.0  # seconds a look at whether other executors are alive is trusted (as the doorbell's list of peers)
 
 
 def chunks(ids: Sequence[T], size: int = IN_CHUNK) -> list[Sequence[T]]:
@@ -50,6 +53,10 @@ class Context:
     #: Notifications of the transaction running in this thread, where the database has no NOTIFY:
     #: the store hands them to :attr:`after_commit` once the transaction has committed.
     _unsent: threading.local = field(default_factory=threading.local)
+    #: The executor this store registered (:meth:`Store.register`); None: a tool (the CLI, the UI), which always notifies.
+    owner: str | None = None
+    #: (monotonic time until which it holds, whether another executor is alive to hear a NOTIFY).
+    _heard: tuple[float, bool] = (-math.inf, True)
 
     def __post_init__(self) -> None:
         self.channel = self.channel or f"{self.prefix}dbexecutor"
@@ -80,10 +87,40 @@ class Context:
         if payload is None or payload == carried:
             return
         if self.driver.supports_notify:
-            self.driver.notify(conn, self.channel, payload)
+            if self.heard(conn):
+                self.driver.notify(conn, self.channel, payload)
         else:
             # No NOTIFY here: sent by datagram (see dbexecutor.doorbell) once the transaction commits.
             self.unsent().append(payload)
+
+    def heard(self, conn: Connection) -> bool:
+        """Whether a NOTIFY sent now may reach another executor (read at most every :data:`PEERS_FOR` seconds).
+
+        An executor alone on its tables (the common case) then sends none: on
+        PostgreSQL each costs a statement and work at commit, per tick. A new
+        executor says hello as it registers (:meth:`hello`), and whoever hears
+        it reads again at its next notification (:meth:`forget_peers`); the
+        re-read bounds what is missed otherwise, and polling stays the backstop.
+        """
+        if self.owner is None:
+            return True
+        until, others = self._heard
+        now = time.monotonic()
+        if now < until:
+            return others
+        found = conn.execute(self.sql.another_alive, {"p_now": self.clock.now(), "p_name": self.owner}).first()
+        others = found is not None
+        self._heard = (now + PEERS_FOR, others)
+        return others
+
+    def forget_peers(self) -> None:
+        """Read whether another executor is alive again at the next notification (one said hello, or anything may have happened)."""
+        self._heard = (-math.inf, True)
+
+    def hello(self, conn: Connection) -> None:
+        """An executor registers: tell the others, delivered at commit (PostgreSQL), so that they notify it from now on."""
+        if self.driver.supports_notify:
+            self.driver.notify(conn, self.channel, f"{self.sender}\th\t")
 
     def unsent(self) -> list[str]:
         """This thread's notifications waiting for their transaction to commit."""

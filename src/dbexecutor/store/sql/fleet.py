@@ -88,6 +88,12 @@ class FleetStatements(StatementsBase):
         return delete(e).where(e.c.expires < _p("cutoff"), ~holds)
 
     @cached_property
+    def another_alive(self) -> Select[Any]:
+        """The name of one executor other than ``p_name`` alive at ``p_now`` (none: nobody else hears a notification)."""
+        e = self.tables.executors
+        return select(e.c.name).where(e.c.stopped_at.is_(None), e.c.expires > _p("now"), e.c.name != _p("name")).limit(1)
+
+    @cached_property
     def wake_addresses(self) -> Select[Any]:
         """Name and wake address of every executor alive at ``p_now`` that can be woken."""
         e = self.tables.executors
