@@ -11,25 +11,25 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .calls import prepare
 from .future import JobFuture
 from .options import JobOptions
 from .records import NewJob
+from .submitting import SubmitsJobs
 
 if TYPE_CHECKING:  # the executor imports this module
     from .executor import DBExecutor
 
 __all__ = ["Batch"]
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
 _MAP_BATCH = 500  # rows per insert transaction in Batch.map()
 
 
-class Batch(JobFuture[list[Any]]):
+class Batch(SubmitsJobs, JobFuture[list[Any]]):
     """A set of jobs submitted as one unit, with a future of its own.
 
     Use it as a context manager; leaving the block seals it::
@@ -64,17 +64,10 @@ class Batch(JobFuture[list[Any]]):
         if self._sealed:
             raise RuntimeError("this batch is sealed; start a new one to submit more jobs")
 
-    # Typed as DBExecutor.submit: see there for why there are two signatures.
-    @overload
-    def submit(
-        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]], **kwargs: Any
-    ) -> JobFuture[T]: ...
-
-    @overload
-    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, after: Any = (), **kwargs: Any) -> JobFuture[T]:
-        """Submit a child (as :meth:`DBExecutor.submit`); a call that cannot be pickled raises here."""
+    def _submit_call(
+        self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], after: Iterable[Future[Any]]
+    ) -> JobFuture[T]:
+        # A child: a call that cannot be pickled raises here, not in its future.
         self._check_unsealed()
         fut = self._executor._submit(fn, args, kwargs, after, self._options)
         if fut.job_id is None:  # not stored: a batch holds only stored jobs

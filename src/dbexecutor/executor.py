@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, Future
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.context import BaseContext
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import URL
 
@@ -43,10 +43,10 @@ from .scheduler import Scheduler, Settings, interpreter_shutting_down
 from .records import Final, GroupInfo, NewJob
 from .store import Store
 from .submitter import Submitter
+from .submitting import SubmitsJobs
 
 __all__ = ["DBExecutor", "JobOptions", "Submitter", "Batch"]
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
 
@@ -65,7 +65,7 @@ def _ended_badly(fut: Future[Any]) -> bool:
     return fut.done() and (fut.cancelled() or fut.exception(0) is not None)
 
 
-class DBExecutor(Executor):
+class DBExecutor(SubmitsJobs, Executor):
     """A ``concurrent.futures.Executor`` whose only durable state is a database.
 
     A drop-in for ``ProcessPoolExecutor``: the first argument is a SQLAlchemy
@@ -277,25 +277,9 @@ class DBExecutor(Executor):
         """
         return Submitter(self, with_options(self._defaults, options))
 
-    # Two signatures because a ParamSpec cannot have a keyword (``after``)
-    # beside it: with ``after``, the result type is still known but the
-    # arguments are not checked against ``fn``; without it, they are.
-    @overload
-    def submit(
-        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]], **kwargs: Any
-    ) -> JobFuture[T]: ...
-
-    @overload
-    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, after: Any = (), **kwargs: Any) -> JobFuture[T]:
-        """Persist ``fn(*args, **kwargs)`` as a job and return its future.
-
-        ``after``: futures this job waits for (ordering only). A ``JobFuture``
-        among the arguments (or one level inside a list, tuple or dict
-        argument) is a dependency too, and is replaced by its result when the
-        job runs.
-        """
+    def _submit_call(
+        self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], after: Iterable[Future[Any]]
+    ) -> JobFuture[T]:
         return self._submit(fn, args, kwargs, after, self._defaults)
 
     def _dependency(self, fut: Any, in_transaction: bool = False) -> int:

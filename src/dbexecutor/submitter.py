@@ -9,23 +9,23 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .batch import Batch
 from .future import JobFuture
 from .mapping import submit_map
 from .options import JobOptions, with_options
+from .submitting import SubmitsJobs
 
 if TYPE_CHECKING:  # the executor imports this module
     from .executor import DBExecutor
 
 __all__ = ["Submitter"]
 
-P = ParamSpec("P")
 T = TypeVar("T")
 
 
-class Submitter:
+class Submitter(SubmitsJobs):
     """``submit`` and ``map`` with per-job options; made by :meth:`DBExecutor.options`."""
 
     def __init__(self, executor: DBExecutor, options: JobOptions) -> None:
@@ -36,17 +36,9 @@ class Submitter:
         """These options plus or over the given ones (names as in :class:`JobOptions`)."""
         return Submitter(self._executor, with_options(self._options, options))
 
-    # Typed as DBExecutor.submit: see there for why there are two signatures.
-    @overload
-    def submit(
-        self, fn: Callable[..., T], /, *args: Any, after: Iterable[Future[Any]], **kwargs: Any
-    ) -> JobFuture[T]: ...
-
-    @overload
-    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> JobFuture[T]: ...
-
-    def submit(self, fn: Callable[..., T], /, *args: Any, after: Any = (), **kwargs: Any) -> JobFuture[T]:
-        """As :meth:`DBExecutor.submit`, with these options."""
+    def _submit_call(
+        self, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any], after: Iterable[Future[Any]]
+    ) -> JobFuture[T]:
         return self._executor._submit(fn, args, kwargs, after, self._options)
 
     def map(
