@@ -327,11 +327,12 @@ class DBExecutor(SubmitsJobs, Executor):
             return self._write_in(opts.connection, [job])[0]
         if job.key is None:
             # The next scheduler tick writes it, with every other submit since
-            # the last commit, in the transaction that also claims work.
-            # Below a job known to have failed or been cancelled, the new job
-            # is final on arrival: write it now, so its future says so at once.
-            now_ = self._durable_submit or bool(upstream and any(_ended_badly(f) for f in upstream))
-            fut = self._scheduler.enqueue(job, write=now_)
+            # the last commit, in the transaction that also claims work. A
+            # durable submit is written now, in this thread; so is a job below
+            # one known to have failed or been cancelled: it is final on
+            # arrival, and its future says so at once.
+            write_now = self._durable_submit or bool(upstream and any(_ended_badly(f) for f in upstream))
+            fut = self._scheduler.enqueue(job, write=write_now)
             if job.run_after is not None:
                 self._scheduler.due(job.run_after)
             return fut
