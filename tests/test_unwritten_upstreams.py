@@ -96,10 +96,10 @@ def test_mixed_written_and_unwritten_upstreams_keep_their_positions(db):
 
 
 def test_a_chain_longer_than_one_tick_names_written_upstreams_by_id(db, monkeypatch):
-    import dbexecutor.scheduler as scheduler_module
+    import dbexecutor.tickcommit as tickcommit_module
 
     # Three rows per tick: most links' upstreams were written by the tick before.
-    monkeypatch.setattr(scheduler_module, "_PENDING_PER_TICK", 3)
+    monkeypatch.setattr(tickcommit_module, "_PENDING_PER_TICK", 3)
     ex = db.executor()
     with scheduler_of(ex).hold_writes():
         f = ex.submit(jobs.add, 0, 1)

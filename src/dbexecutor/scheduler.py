@@ -15,6 +15,9 @@ The loop (:meth:`Scheduler._tick`) reads like the algorithm: wait for a
 wake-up, a child's message or a deadline; take in what the children said;
 write and claim in one transaction; hand out the work; keep the leases;
 follow what other processes did. The parts it drives live beside it:
+:mod:`~dbexecutor.tickcommit` (the tick's transaction and the hand-out of
+what it claimed), :mod:`~dbexecutor.upkeep` (what is done on a schedule:
+reclaims, rescues, the beat and the leases, polls, retention),
 :mod:`~dbexecutor.submitqueue`, :mod:`~dbexecutor.registry`,
 :mod:`~dbexecutor.supervisor`, :mod:`~dbexecutor.wakeup`,
 :mod:`~dbexecutor.flags` and :mod:`~dbexecutor.pace`.
@@ -51,28 +54,21 @@ from .future import JobFuture
 from .pace import Pace
 from .pool import warm_up
 from .registry import Registry
-from .records import Claimed, Final, Finished, JobProgress, NewJob, Registration, Report, Submitted
-from .states import DEFAULT_QUEUE, DONE
+from .records import Final, JobProgress, NewJob, Registration
+from .states import DEFAULT_QUEUE
 from .stats import SchedulerStats
 from .store import Store
-from .store.sql import Scope
-from .submitqueue import Item, SubmitQueue, resolve_deps, short_error
+from .submitqueue import SubmitQueue, resolve_deps, short_error
 from .supervisor import Supervisor
+from .tickcommit import TickCommit
+from .upkeep import Upkeep
 from .wakeup import DueTimes, Wakeup
 
 __all__ = ["Scheduler", "Settings", "interpreter_shutting_down"]
 
 log = logging.getLogger("dbexecutor")
-jobs_log = logging.getLogger("dbexecutor.jobs")
 
-_IN_POLL = 500  # ids checked per remote poll
-_PENDING_PER_TICK = 2000  # queued submits written per scheduler tick
-_RETENTION_BATCH = 500  # jobs deleted per retention transaction
 _MAX_BACKOFF = 5.0  # seconds between tries while the database is unreachable
-_RESCUE_EVERY = 1.0  # seconds between looks for dead executors on this machine (a cheap indexed read)
-_FORGET_EVERY = 60.0  # seconds between clean-ups of old registrations
-_FORGET_AFTER = 600.0  # seconds a dead executor stays listed (at least ten lease TTLs)
-_SKIP_FOR = 60.0  # seconds this executor stops claiming a function its children could not load
 
 
 @dataclass(frozen=True)
@@ -172,22 +168,16 @@ class Scheduler:
         # A job's transaction (dbexecutor.transaction()) connects where this store does.
         address = DatabaseAddress(store.url.render_as_string(hide_password=False), store.prefix)
         self._supervisor = Supervisor(settings, store.signer, self.pace, self._wakeup.wake, address, store.clock)
+        # The tick's transaction (write, record, claim, hand out) and the periodic tasks around it.
+        self._commit = TickCommit(
+            store, settings, self.owner, self.flags, self.pace, self.stats,
+            self._wakeup, self._queue, self._registry, self._supervisor,
+        )
+        self._upkeep = Upkeep(
+            store, settings, self.registration, self.stats, self._supervisor, self._registry, self._commit,
+        )
         # Kept across a database outage until written:
-        self._reports: list[Report] = []  # outcomes from the children
         self._releases: list[tuple[int, int]] = []  # held jobs no child will start
-        self._claimed: list[Claimed] = []  # claimed, not yet handed to a child
-        # Handed to children by the transaction committing now, before its COMMIT (see _start_early).
-        self._early: list[Claimed] = []
-        # The results the last commit recorded, by job id: a dependent it claimed
-        # takes them from here (a chain's next link), not from another read.
-        self._fresh: dict[int, bytes] = {}
-        self._lost: set[tuple[int, int]] = set()  # leases already reported lost
-        self._next_renew = self._next_poll = self._next_reclaim = self._next_retention = 0.0
-        self._next_rescue = self._next_forget = 0.0
-        self._skip: dict[str, float] = {}  # functions not to claim (children could not load them), until a monotonic time
-        # (monotonic time, wake-ups then) of the last look for work that left nothing
-        # runnable; None once anything since may have made work runnable (see _still_drained).
-        self._drained: tuple[float, int] | None = None
         self._committing: list[CallerTransaction] = []  # callers' transactions with jobs, committing now
         self._committing_lock = threading.Lock()
         self._stop_listening = threading.Event()
@@ -400,7 +390,7 @@ class Scheduler:
         finally:
             self._stop_listening.set()
             self._supervisor.stop()
-            self._give_back_claimed()
+            self._commit.give_back_claimed()
             self._wakeup.close()
             self._unregister()
             if self._doorbell is not None:
@@ -421,15 +411,15 @@ class Scheduler:
         self._wait(backoff)
         self._supervise()
         self._linger()
-        self._keep_time()
-        self._reclaim_expired()
-        self._rescue_dead_executors()
+        self._upkeep.keep_time()
+        self._upkeep.reclaim_expired()
+        self._upkeep.rescue_dead_executors()
         self._adopt_committed()
-        self._write_and_claim()
-        self._dispatch_claimed()
-        self._renew_leases()
-        self._follow_other_processes()
-        self._apply_retention()
+        self._commit.write_and_claim()
+        self._commit.dispatch_claimed()
+        self._upkeep.renew_leases()
+        self._upkeep.follow_other_processes()
+        self._upkeep.apply_retention()
 
     def _finished(self) -> bool:
         with self.flags.deciding():
@@ -439,22 +429,20 @@ class Scheduler:
                 return False  # queued submits are written (committed ones tracked) first, whatever else happens
             if self.flags.broken is None and not self.flags.detached and self._registry.has_outstanding():
                 return False
-        return not (self._reports or self._releases or self._claimed or self._supervisor.busy())
+        return not (self._commit.holds_work() or self._releases or self._supervisor.busy())
 
     def _wait(self, backoff: float) -> None:
         """Until a wake-up, a child's message or death, a due time or deadline, or the poll interval."""
         now = time.monotonic()
-        timeout = min(self.s.poll_interval, max(0.0, self._next_reclaim - now))
+        timeout = min(self.s.poll_interval, max(0.0, self._upkeep.next_due() - now))  # a reclaim or the beat
         due = self._dues.until_next(self.store.now())
         if due is not None:
             timeout = min(timeout, due)
             if due == 0.0:
-                self._drained = None  # a delayed job became runnable
+                self._commit.forget_drained()  # a delayed job became runnable
         deadline = self._supervisor.next_deadline()
         if deadline is not None:
             timeout = min(timeout, max(0.0, deadline - now))
-        # The beat is due whether or not jobs are held: the registration says this executor is alive.
-        timeout = min(timeout, max(0.0, self._next_renew - now))
         if backoff:
             timeout = backoff
         bell = [] if self._doorbell is None else [self._doorbell.fileno()]
@@ -479,14 +467,10 @@ class Scheduler:
         reason = self._supervisor.take_init_failure()
         if reason is not None:
             self._break(reason)
-        reports = self._supervisor.take_reports()
-        for report in reports:
-            if report.refused:
-                self._cannot_run(report)
-        self._reports += reports
+        self._commit.add_reports(self._supervisor.take_reports())
         self._releases += self._supervisor.take_releases()
         if self._releases:
-            self._drained = None  # released jobs are ready again
+            self._commit.forget_drained()  # released jobs are ready again
         while self._releases:
             job_id, attempt = self._releases[0]
             self.store.release(job_id, attempt)  # so any executor can run it
@@ -500,7 +484,7 @@ class Scheduler:
         (see :meth:`Pace.linger_budget`). A submit, a cancel or a shutdown
         (any wake-up) ends the wait at once.
         """
-        if not self._reports:
+        if not self._commit.has_reports():
             return
         budget = self.pace.linger_budget(self._supervisor.longest_queue())
         if budget <= 0.0:
@@ -519,160 +503,6 @@ class Scheduler:
                 break  # left unread: the next tick's wait consumes it
             self._supervisor.handle(ready)
         self._collect()
-
-    def _reclaim_expired(self) -> None:
-        now = time.monotonic()
-        if now < self._next_reclaim:
-            return
-        self._next_reclaim = now + min(self.s.lease_ttl / 2, 5.0)
-        reclaimed = self.store.reclaim_expired(self.store.now())
-        self.stats.rescued(len(reclaimed))
-        if reclaimed:
-            self._drained = None
-            log.warning("reclaimed %d job(s) whose lease expired: %s", len(reclaimed), reclaimed[:20])
-
-    def _keep_time(self) -> None:
-        """Measure the server clock's offset again when it is due (every minute; a few round trips)."""
-        self.store.sync_clock(force=False)
-
-    def _rescue_dead_executors(self) -> None:
-        """Put back to ready, at once, the jobs of executors on this machine whose process is gone."""
-        now = time.monotonic()
-        if now >= self._next_rescue:
-            self._next_rescue = now + _RESCUE_EVERY
-            for name, ids in self.store.rescue_dead_here().items():
-                if ids:
-                    self._drained = None
-                    log.warning("executor %s is gone; its job(s) %s were put back to ready", name, ids[:20])
-        if now >= self._next_forget:
-            self._next_forget = now + _FORGET_EVERY
-            self.store.forget_dead(max(_FORGET_AFTER, 10 * self.s.lease_ttl))
-
-    def _write_and_claim(self) -> None:
-        """Write queued submits and collected reports, and claim work for free slots: one transaction.
-
-        The queue's writer is held only while queued submits are written (so
-        that ids follow submission order). A tick that writes none records
-        results and claims without it: a caller's ``flush()`` (a durable
-        submit, a keyed job) then writes beside it instead of waiting for it.
-        """
-        with self._queue.writing():
-            # A bounded share per tick, so that a burst of thousands does
-            # not hold the claim back until all of them are written.
-            items, more = self._queue.take(_PENDING_PER_TICK)
-            if more:
-                self.wake(work=True)  # the rest in the next tick, at once
-            items, rows = self._queue.resolve(items)
-            written = self._commit(items, rows, self._free_slots()) if items else None
-        if items:
-            if written is not None:
-                self._resolve(*written)
-            return
-        limit = self._free_slots()
-        if self._reports:
-            written = self._commit([], [], limit)
-            if written is not None:
-                self._resolve(*written)
-        elif limit > 0:
-            self._look(limit)
-
-    def _look(self, limit: int) -> None:
-        """An idle tick: claim up to ``limit`` jobs (or probe whether any are runnable), nothing else to write."""
-        probe = not self._wakeup.take_work_hint()
-        started, wakes = time.monotonic(), self._wakeup.wakes
-        try:
-            claimed = self.store.claim(
-                self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe, scope=self._scope(),
-                before_commit=self._start_early,
-            )
-        except BaseException:
-            self._void_early()
-            raise
-        self._looked(started, wakes)
-        if claimed:  # an idle probe is not a claim
-            self.stats.claimed(time.monotonic() - started)
-            self.stats.started(len(claimed))
-        self._claimed += self._started_early(claimed)
-
-    def _commit(self, items: list[Item], rows: list[NewJob], limit: int) -> tuple[list[Submitted], Finished] | None:
-        """Insert ``items`` (as ``rows``), record the reports and claim up to ``limit`` jobs; None if rows were refused."""
-        try:
-            started, wakes = time.monotonic(), self._wakeup.wakes
-            # New rows are always looked at by the store; saying so here also
-            # renews what _still_drained trusts, from this tick's fresh look.
-            look = bool(rows) or not self._still_drained()
-            inserted, done, claimed = self.store.finish_and_claim(
-                self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), rows, self._scope(), look=look,
-                before_commit=self._start_early,
-            )
-            if look and limit > 0:
-                self._looked(started, wakes)
-            elif not self.store.drained:
-                self._drained = None  # this commit may have made work runnable
-            if self._reports:
-                self.pace.tick_recorded(time.monotonic() - started)
-            if limit > 0 and (look or claimed):  # a skipped claim is not one
-                self.stats.claimed(time.monotonic() - started)
-        except (DBAPIError, ValueError) as error:
-            self._void_early()
-            self._queue.requeue(items)
-            if not items or not self._queue.refused(error):
-                raise
-            # A row the database refuses must not hold up the rest: write them singly.
-            self._queue.write_one_by_one(self._queue.take()[0])
-            return None
-        except BaseException:
-            # Anything else is a bug that ends the loop: the jobs go back to the
-            # queue, where breaking the executor fails their futures, rather than
-            # into a limbo where reading their ids would wait forever.
-            self._void_early()
-            self._queue.requeue(items)
-            raise
-        self.stats.ended(self._reports)
-        self.stats.started(len(claimed))
-        self._fresh = {f.job_id: f.result for f in done.finals if f.state == DONE and f.result is not None}
-        self._reports = []
-        self._claimed += self._started_early(claimed)
-        self._queue.stored(items, inserted)
-        return inserted, done
-
-    def _started_early(self, claimed: list[Claimed]) -> list[Claimed]:
-        """After the commit that leased ``claimed``: tell the children running the early ones; the rest, to dispatch."""
-        early, self._early = {(job.job_id, job.attempt) for job in self._early}, []
-        if not early:
-            return claimed
-        self._supervisor.committed(early)
-        rest = []
-        for job in claimed:
-            if (job.job_id, job.attempt) in early:
-                self._registry.mark_running(job.job_id)
-            else:
-                rest.append(job)
-        return rest
-
-    def _start_early(self, claimed: list[Claimed], done: Finished) -> None:
-        """In the transaction that claimed them, before its ``COMMIT``: hand jobs to idle children.
-
-        The children start on them while the commit is written (a flush to
-        disk on every database: 0.2-0.5 ms here), instead of after it. Only
-        jobs whose arguments need no read (no upstream results, or results
-        this transaction recorded) go early, one per idle child; the rest
-        are dispatched after the commit, as before. If the commit fails,
-        :meth:`_void_early` kills those children: the leases never existed.
-        """
-        self._void_early()  # an earlier try of this transaction, which did not commit
-        fresh = {f.job_id: f.result for f in done.finals if f.state == DONE and f.result is not None}
-        ready = [job for job in claimed if job.refs is not None and all(ref in fresh for ref in job.refs)]
-        ready = ready[: self._supervisor.idle_children()]
-        if ready:
-            self._supervisor.dispatch_early([(job, {ref: fresh[ref] for ref in job.refs or ()}) for job in ready])
-            self._early = ready
-
-    def _void_early(self) -> None:
-        """The transaction that claimed the jobs handed out early did not commit: stop them, report nothing."""
-        if self._early:
-            self._supervisor.void({(job.job_id, job.attempt) for job in self._early})
-            self._early = []
 
     def _adopt_committed(self) -> None:
         """Track the jobs of callers' transactions whose commit has returned; those whose rows are missing never existed."""
@@ -703,136 +533,6 @@ class Scheduler:
             woken = True
         if woken:
             self._wakeup.wake(work=True)  # the claim of this tick and the next look at them
-
-    def _looked(self, started: float, wakes: int) -> None:
-        """After a look for work that began at ``started`` with ``wakes`` wake-ups: note whether it left nothing runnable."""
-        self._drained = (started, wakes) if self.store.drained else None
-
-    def _still_drained(self) -> bool:
-        """Whether a tick that only records results may skip the claim: nothing can have become runnable.
-
-        True when the last look found nothing runnable, less than a poll
-        interval ago, and since then: no wake-up (a submit of ours, a
-        notification of another process's work or finish, a cancel), no
-        delayed job due, nothing released, reclaimed or rescued. The store
-        looks anyway when the results themselves make jobs runnable (a
-        dependent released, a retry). What other processes add without a
-        notification (no NOTIFY and no doorbell) is found by the next look,
-        at most a poll interval later, as an idle executor would find it.
-        """
-        if self._drained is None:
-            return False
-        at, wakes = self._drained
-        return wakes == self._wakeup.wakes and time.monotonic() - at < self.s.poll_interval
-
-    def _resolve(self, inserted: list[Submitted], done: Finished) -> None:
-        """Resolve the futures a commit made final: rows final on arrival, and jobs that ended."""
-        self._registry.settle(inserted)
-        for jid in done.lost:
-            log.warning("job %d: this attempt lost its lease (reclaimed elsewhere); its outcome was discarded", jid)
-        for jid in done.retried:
-            log.info("job %d failed and will be retried", jid)
-        for final in done.finals:
-            self._registry.resolve(final)
-
-    def _scope(self) -> Scope:
-        """What this executor may claim: its queues, without the functions its children could not load lately."""
-        if self._skip:
-            now = time.monotonic()
-            self._skip = {fn: until for fn, until in self._skip.items() if until > now}
-        return Scope(self.s.queues, frozenset(self._skip))
-
-    def _cannot_run(self, report: Report) -> None:
-        """A child could not load a job: stop claiming its function here for a while, and say so."""
-        if report.fn_name not in self._skip:
-            jobs_log.error(
-                "job %d (%s) attempt %d could not be loaded here: %s; is the same code importable here? It goes "
-                "back for other executors, and %s is not claimed here for %g s",
-                report.job_id, report.fn_name, report.attempt, report.error, report.fn_name, _SKIP_FOR,
-            )
-        self._skip[report.fn_name] = time.monotonic() + _SKIP_FOR
-
-    def _free_slots(self) -> int:
-        if not self.s.run_jobs:
-            return 0
-        with self.flags.deciding():
-            if self.flags.broken is not None or (self.flags.shutdown and not self._registry.has_outstanding()):
-                return 0
-        return max(0, self._supervisor.free_slots() - len(self._claimed))
-
-    def _dispatch_claimed(self) -> None:
-        """Hand the claimed jobs to children, each with the upstream results it takes as arguments."""
-        if not self._claimed:
-            return
-        inputs = self._inputs(self._claimed)
-        for job in self._claimed:
-            self._registry.mark_running(job.job_id)
-        self._supervisor.dispatch([(job, inputs[job.job_id]) for job in self._claimed])
-        self._claimed, self._fresh = [], {}
-
-    def _inputs(self, claimed: Sequence[Claimed]) -> dict[int, dict[int, bytes]]:
-        """The stored results each job takes, by job id (read once for all; passed on still signed)."""
-        wanted = {ref for job in claimed if job.refs for ref in job.refs}
-        results = {ref: self._fresh[ref] for ref in wanted if ref in self._fresh}
-        missing = sorted(wanted - set(results))
-        if missing:
-            results.update(self.store.results(missing))
-        # Rows written before schema 3 did not record which upstreams they
-        # take: they get every done upstream's result.
-        unrecorded = [job.job_id for job in claimed if job.refs is None]
-        upstream = self.store.upstream_results(unrecorded) if unrecorded else {}
-        return {
-            job.job_id: upstream.get(job.job_id, {})
-            if job.refs is None
-            else {ref: results[ref] for ref in job.refs if ref in results}
-            for job in claimed
-        }
-
-    def _renew_leases(self) -> None:
-        """Every interval, or when a job began running: this executor's beat and every lease it holds, in one transaction."""
-        now = time.monotonic()
-        if now < self._next_renew and not self._supervisor.new_starts:
-            return
-        self._supervisor.drain()  # a beat that arrived during this tick counts
-        held, started = self._supervisor.leases(now)
-        held += [(job.job_id, job.attempt) for job in self._claimed]
-        progress = self._supervisor.take_progress()  # the latest per job, written with the renewal
-        renewal = self.store.beat(self.registration, held, started, self.s.lease_ttl, progress)
-        pairs = {pair for pair in held if pair[0] in renewal.lost}
-        for job_id, attempt in sorted(pairs - self._lost):
-            log.warning("job %d attempt %d lost its lease; its result will be discarded", job_id, attempt)
-        self._lost = pairs
-        if renewal.stop:  # someone asked for these to stop: the supervisor kills them
-            self._supervisor.terminate({pair for pair in held if pair[0] in renewal.stop})
-        self._supervisor.starts_marked()
-        self._next_renew = now + self.s.heartbeat_interval
-
-    def _follow_other_processes(self) -> None:
-        """Resolve futures whose jobs another process finished: polled round robin, or named by a notification."""
-        now = time.monotonic()
-        if self._registry.take_full_poll() or now >= self._next_poll:
-            self._next_poll = now + self.s.poll_interval
-            ids = self._registry.poll_batch(_IN_POLL)
-        else:
-            ids = self._registry.take_finished_elsewhere()
-        if ids:
-            for final in self.store.finals(ids):
-                self._registry.resolve(final)
-
-    def _apply_retention(self) -> None:
-        """Delete one bounded batch of jobs finished longer than ``retention`` ago.
-
-        One batch per interval keeps each transaction small and the cost per
-        tick flat; a full batch means more are due, so the next comes soon.
-        """
-        now = time.monotonic()
-        if self.s.retention is None or now < self._next_retention:
-            return
-        deleted = self.store.purge_batch(self.store.now() - self.s.retention, _RETENTION_BATCH)
-        if deleted:
-            log.debug("retention: deleted %d finished job(s) older than %g s", deleted, self.s.retention)
-        pause = 0.0 if deleted >= _RETENTION_BATCH else min(60.0, max(1.0, self.s.retention / 10))
-        self._next_retention = now + pause
 
     def _abandon_children(self) -> None:
         """Kill every child's process tree and put the jobs they held back to ready (stop_now)."""
@@ -877,12 +577,3 @@ class Scheduler:
             self.store.unregister(self.owner)
         except Exception:  # noqa: BLE001 - its registration lapses anyway
             log.info("could not mark executor %s stopped; its registration will lapse", self.owner)
-
-    def _give_back_claimed(self) -> None:
-        """The loop ends with jobs claimed but never handed out: release them (else their leases expire)."""
-        for job in self._claimed:
-            try:
-                self.store.release(job.job_id, job.attempt)
-            except Exception:  # noqa: BLE001 - the lease expires anyway
-                log.warning("could not release job %d; its lease will expire", job.job_id)
-        self._claimed = []
