@@ -36,10 +36,10 @@ def insert_statements(monkeypatch: Any) -> Iterator[list[tuple[int, int]]]:
         if getattr(inside, "n", None) is not None:
             inside.n += 1
 
-    def counted(ctx: Any, conn: Any, new: Any, now: Any, lease: Any = None) -> Any:
+    def counted(ctx: Any, conn: Any, new: Any, now: Any, *args: Any, **kwargs: Any) -> Any:
         inside.n = 0
         try:
-            return real(ctx, conn, new, now, lease)
+            return real(ctx, conn, new, now, *args, **kwargs)
         finally:
             calls.append((len(new), inside.n))
             inside.n = None
