@@ -91,6 +91,10 @@ def test_an_executor_alone_sends_no_notification_until_another_registers(db):
     listener = _listen(db)
     try:
         assert [f.result(timeout=30) for f in [ex.submit(jobs.identity, i) for i in range(20)]] == list(range(20))
+        # Written in this thread too (a flush, a durable submit): its INSERT carries no pg_notify() either.
+        flushed = ex.submit(jobs.identity, 20)
+        ex.flush()
+        assert flushed.result(timeout=30) == 20
         assert sent == [] and _drain(listener, 0.3) == []
         other = db.executor(max_workers=1, poll_interval=30.0, run_jobs=False)
         hello = _drain(listener, 0.3)

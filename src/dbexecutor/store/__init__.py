@@ -271,7 +271,7 @@ class Store:
 
         def work(conn: Connection) -> tuple[list[Submitted], dict[str, int | None]]:
             groups = submit.ensure_groups(self.ctx, conn, jobs)
-            notice = submit.arrival_notice(self.ctx, jobs, now)  # sent by the insert itself, where it can be
+            notice = submit.arrival_notice(self.ctx, conn, jobs, now)  # sent by the insert itself, where it can be
             out = submit.insert_many(self.ctx, conn, jobs, now, notice=notice)
             submit.notify_changes(self.ctx, conn, jobs, out, now, carried=notice)
             return out, groups

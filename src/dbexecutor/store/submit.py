@@ -311,7 +311,7 @@ def _named(job: NewJob, ids: Sequence[int], known: int | None = None) -> NewJob:
     return replace(job, deps=tuple(named.get(d, d) for d in job.deps), refs=tuple(named.get(d, d) for d in job.refs))
 
 
-def arrival_notice(ctx: Context, jobs: Sequence[NewJob], now: float) -> str | None:
+def arrival_notice(ctx: Context, conn: Connection, jobs: Sequence[NewJob], now: float) -> str | None:
     """The notification a write of ``jobs`` alone will send, when the insert statement itself can send it.
 
     Where the driver can (``notifies_on_insert``: PostgreSQL's ``pg_notify()``
@@ -319,11 +319,13 @@ def arrival_notice(ctx: Context, jobs: Sequence[NewJob], now: float) -> str | No
     arrival is ``ready`` whatever the database holds, so the notification is
     known before the insert, and a round trip of its own is saved (about
     0.2-0.4 ms of a durable submit's 1.5 ms). None otherwise: the
-    notification goes after the insert, from what it wrote.
+    notification goes after the insert, from what it wrote. None too when
+    no other executor would hear it (:meth:`Context.heard`), as for any other.
     """
     if not ctx.driver.notifies_on_insert or len(jobs) != 1 or jobs[0].deps or jobs[0].batch:
         return None
-    return ctx.payload(ready=runnable_on_arrival(jobs[0], schema.READY, now))
+    payload = ctx.payload(ready=runnable_on_arrival(jobs[0], schema.READY, now))
+    return payload if payload is not None and ctx.heard(conn) else None
 
 
 def notify_changes(
