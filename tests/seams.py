@@ -2,11 +2,14 @@
 
 The scheduler offers ``hold_writes()`` (queued submits stay queued until the
 block ends), ``pace`` (run-time and transaction-time averages a test can pin)
-and ``is_alive()`` / ``join()`` (its thread). This is the one place that
+and ``is_alive()`` / ``join()`` (its thread); ``slow_lease_renewal`` slows
+one step of its tick. This is the one place that
 knows where an executor keeps it.
 """
 
 from __future__ import annotations
+
+import time
 
 from dbexecutor import DBExecutor
 from dbexecutor.scheduler import Scheduler
@@ -15,3 +18,21 @@ from dbexecutor.scheduler import Scheduler
 def scheduler_of(ex: DBExecutor) -> Scheduler:
     """The scheduler behind ``ex``."""
     return ex._scheduler
+
+
+def slow_lease_renewal(ex: DBExecutor, seconds: float) -> None:
+    """From now on, a lease renewal that a job's first beat asked for first sleeps ``seconds``.
+
+    That renewal reads the children's pipes (a beat that arrived during the
+    tick counts): slowed down, it is the one that reads a short job's result.
+    """
+    scheduler = scheduler_of(ex)
+    upkeep, supervisor = scheduler._upkeep, scheduler._supervisor
+    real = upkeep.renew_leases
+
+    def slowed() -> None:
+        if supervisor.new_starts:
+            time.sleep(seconds)
+        real()
+
+    upkeep.renew_leases = slowed  # type: ignore[method-assign]

@@ -16,7 +16,7 @@ import pytest
 
 import jobs
 from dbexecutor import DBExecutor
-from seams import scheduler_of
+from seams import scheduler_of, slow_lease_renewal
 
 
 def _record_ticks(ex: DBExecutor) -> list[tuple[int, int]]:
@@ -104,3 +104,17 @@ def test_map_keeps_order_around_an_item_that_cannot_be_pickled(db):
     assert list(results) == []  # as ProcessPoolExecutor.map: the iterator ends at the first error
     # Nothing was stored for the item that failed; every other item has its row.
     assert len(db.jobs()) == 299
+
+
+def test_a_result_read_by_the_lease_renewal_is_written_without_waiting_for_a_poll(db):
+    # A job's first beat (0.1 s after it starts) makes the next tick renew
+    # the leases, and the renewal reads the children's pipes. When the job
+    # has answered by then, its result is read there, and the pipe is quiet
+    # by the time the loop waits again. The wait must not sleep on it: a
+    # worker's first job once took one poll interval longer this way.
+    ex = db.executor(2, poll_interval=30.0, lease_ttl=120.0)
+    assert ex.submit(jobs.identity, 0).result(timeout=60) == 0  # children up; the next reclaim is ~5 s away
+    slow_lease_renewal(ex, 0.5)  # the job answers while the renewal after its first beat sleeps
+    start = time.monotonic()
+    assert ex.submit(jobs.sleep, 0.2, 1).result(timeout=60) == 1
+    assert time.monotonic() - start < 2.5  # not the next reclaim (5 s) or poll (30 s)

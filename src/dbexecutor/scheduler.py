@@ -443,6 +443,8 @@ class Scheduler:
         deadline = self._supervisor.next_deadline()
         if deadline is not None:
             timeout = min(timeout, max(0.0, deadline - now))
+        if self._supervisor.has_news():
+            timeout = 0.0  # a result read outside this wait (the lease renewal drains the pipes) is written now
         if backoff:
             timeout = backoff
         bell = [] if self._doorbell is None else [self._doorbell.fileno()]

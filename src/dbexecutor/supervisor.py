@@ -439,6 +439,18 @@ class Supervisor:
 
     # -- what the loop writes --------------------------------------------------------------
 
+    def has_news(self) -> bool:
+        """Whether reports, releases or an initializer's failure wait to be taken.
+
+        A drain outside the loop's wait (the lease renewal's) can read a
+        result from a pipe: the pipe is then quiet, and only this says the
+        loop has something to write.
+        """
+        with self._lock:
+            if self._reports or self._init_failure is not None:
+                return True
+        return bool(self._releases)
+
     def take_reports(self) -> list[Report]:
         """Outcomes collected since the last call (results, deaths, timeouts)."""
         with self._lock:
