@@ -13,6 +13,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from sqlalchemy import event
 
 import jobs
 from dbexecutor import DBExecutor
@@ -114,6 +115,42 @@ def test_a_durable_submit_is_written_by_its_own_thread(db):
     futs = [ex.submit(jobs.identity, i) for i in range(60)]
     assert [f.result(timeout=T) for f in futs] == list(range(60))
     assert writers == ["MainThread"] * 60
+
+
+def test_a_one_statement_durable_submit_runs_without_a_transaction_where_that_pays(db):
+    """A job without upstreams, key or children is one INSERT: autocommit where the driver says so (PostgreSQL).
+
+    Its BEGIN and COMMIT were two of a durable submit's three round trips.
+    A write of several statements (a job and its edge) keeps its
+    transaction everywhere, and the pooled connection goes back to
+    transactions once the autocommitted write is done.
+    """
+    ex = db.executor(2, durable_submit=True)
+    store = scheduler_of(ex).store
+    jobs_table = store.tables.jobs.name
+    seen: list[tuple[str, bool]] = []  # (table written, whether in autocommit), in the caller's thread
+
+    @event.listens_for(store.engine, "before_cursor_execute")
+    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        if threading.current_thread() is threading.main_thread() and statement.lstrip().upper().startswith("INSERT"):
+            into = statement.split()[2].strip('"`')
+            seen.append((into, conn.get_execution_options().get("isolation_level") == "AUTOCOMMIT"))
+
+    first = ex.submit(jobs.identity, 1)  # its group is new: the group's row and the job's, in one transaction
+    assert first.result(timeout=T) == 1
+    seen.clear()
+    plain = ex.submit(jobs.identity, 2)
+    assert store.driver.autocommits_one_write == (db.kind == "postgresql")
+    assert seen == [(jobs_table, store.driver.autocommits_one_write)]
+    seen.clear()
+    dependent = ex.submit(jobs.add, plain, 1)  # the row and its edge: one transaction whatever the driver
+    assert seen and not any(auto for _, auto in seen), seen
+    assert dependent.result(timeout=T) == 3
+    event.remove(store.engine, "before_cursor_execute", record)
+    with store.engine.connect() as conn:  # whichever pooled connection comes back: not in autocommit
+        assert conn.get_execution_options().get("isolation_level") != "AUTOCOMMIT"
+        assert conn.get_isolation_level() != "AUTOCOMMIT"
+    assert [r.state for r in db.jobs()] == ["done"] * 3
 
 
 @pytest.mark.parametrize("held", ["finish_and_claim", "claim"])

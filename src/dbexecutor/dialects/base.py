@@ -89,6 +89,11 @@ class Driver:
     reserves_ids: ClassVar[bool] = False
     #: :meth:`finish_done_recording` finishes jobs and writes their attempt rows in one statement.
     finishes_recording: ClassVar[bool] = False
+    #: A transaction whose only write is one statement runs in autocommit: no ``BEGIN`` and no
+    #: ``COMMIT``, two round trips fewer. Only where switching a pooled connection to autocommit
+    #: and back costs nothing (psycopg sets an attribute; PyMySQL would send ``SET AUTOCOMMIT``
+    #: both ways, and SQLite's statements cost no round trip).
+    autocommits_one_write: ClassVar[bool] = False
 
     def __init__(self, url: URL) -> None:
         self.url = url

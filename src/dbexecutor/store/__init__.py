@@ -189,14 +189,19 @@ class Store:
     #: it: a hint for the scheduler, which hears of those and decides whether to trust it.
     drained: bool = False
 
-    def _txn(self, work: Callable[[Connection], Any], *, read_only: bool = False, tries: int | None = None) -> Any:
+    def _txn(
+        self, work: Callable[[Connection], Any], *, read_only: bool = False, tries: int | None = None, one_write: bool = False
+    ) -> Any:
         unsent = self.ctx.unsent()
 
         def attempt(conn: Connection) -> Any:
             unsent.clear()  # a transaction tried again notifies afresh
             return work(conn)
 
-        out = self._db.txn(attempt, read_only=read_only) if tries is None else self._db.txn(attempt, read_only=read_only, tries=tries)
+        if tries is None:
+            out = self._db.txn(attempt, read_only=read_only, one_write=one_write)
+        else:
+            out = self._db.txn(attempt, read_only=read_only, tries=tries, one_write=one_write)
         if unsent:
             payloads = list(unsent)
             unsent.clear()
@@ -276,7 +281,7 @@ class Store:
             submit.notify_changes(self.ctx, conn, jobs, out, now, carried=notice)
             return out, groups
 
-        out, groups = self._txn(work)
+        out, groups = self._txn(work, one_write=submit.one_write(self.ctx, jobs))
         submit.groups_done(self.ctx, groups)
         return out  # type: ignore[no-any-return]
 

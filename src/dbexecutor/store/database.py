@@ -65,14 +65,25 @@ class Database:
         """Close every pooled connection."""
         self.engine.dispose()
 
-    def txn(self, work: Callable[[Connection], T], *, read_only: bool = False, tries: int = MAX_TRIES) -> T:
-        """Run ``work`` in one transaction, again after a deadlock, busy database or lost connection."""
+    def txn(
+        self, work: Callable[[Connection], T], *, read_only: bool = False, tries: int = MAX_TRIES, one_write: bool = False
+    ) -> T:
+        """Run ``work`` in one transaction, again after a deadlock, busy database or lost connection.
+
+        ``one_write``: the caller knows that ``work`` writes with one
+        statement at most (and reads only what may be read outside a
+        transaction): where the driver says it pays, it runs in autocommit,
+        each statement committed as it ends, without ``BEGIN`` and ``COMMIT``.
+        """
         delay = 0.02
         for attempt in itertools.count(1):
             try:
                 with self.engine.connect() as conn:
                     if read_only:
                         conn.execution_options(dbexecutor_read_only=True)
+                    if one_write and self.driver.autocommits_one_write:
+                        # Reset to the pool's default when the connection goes back.
+                        conn.execution_options(isolation_level="AUTOCOMMIT")
                     with conn.begin():
                         return work(conn)
             except DBAPIError as error:

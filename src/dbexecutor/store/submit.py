@@ -36,6 +36,7 @@ __all__ = [
     "insert_many",
     "insert_leased",
     "nothing_runnable",
+    "one_write",
     "leased_on_insert",
     "runnable_on_arrival",
     "notify_changes",
@@ -74,6 +75,19 @@ def ensure_groups(ctx: Context, conn: Connection, jobs: Sequence[NewJob]) -> dic
         if weight is not None:
             conn.execute(ctx.sql.set_group_weight, {"p_name": name, "p_weight": weight})
     return todo
+
+
+def one_write(ctx: Context, jobs: Sequence[NewJob]) -> bool:
+    """Whether writing ``jobs`` is one statement: one job with no upstream, key or children, in a group already written.
+
+    Such a write needs no transaction around it (see ``Database.txn``);
+    reads before it (whether another executor listens) may run outside one.
+    """
+    if len(jobs) != 1 or not jobs[0].leasable:
+        return False
+    job = jobs[0]
+    seen = ctx.groups_seen.get(job.group, -1)
+    return seen != -1 and (job.weight is None or job.weight == seen)
 
 
 def groups_done(ctx: Context, todo: dict[str, int | None]) -> None:
