@@ -10,8 +10,12 @@ carry over, then opens it with today's code.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import time
 from typing import Any
+
+import pytest
 
 from sqlalchemy import Column, Index, Integer, MetaData, String, Table, inspect, insert, select, update
 
@@ -271,3 +275,39 @@ def test_a_version_7_database_gets_the_ready_index_in_the_claims_order(db):
     finally:
         upgraded.close()
     assert db.executor().submit(jobs.add, 2, 2).result(timeout=T) == 4
+
+
+_SQLALCHEMY_DIALECTS = {"sqlite": "sqlite", "postgresql": "postgresql", "mariadb": "mysql"}
+
+
+def test_a_store_builds_its_tables_for_its_own_database_only(db):
+    # A table option of another database (mysql_engine, sqlite_autoincrement)
+    # makes SQLAlchemy import that dialect to check it: a PostgreSQL worker
+    # loaded MySQL's and SQLite's dialects at every start (about 17 ms).
+    code = (
+        "import sys; from dbexecutor.store import Store; "
+        f"s = Store({db.url!r}, {db.prefix!r}); s.close(); "
+        "print(' '.join(sorted({m.split('.')[2] for m in sys.modules if m.startswith('sqlalchemy.dialects.') "
+        "and not m.split('.')[2].startswith('_')})))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split() == [_SQLALCHEMY_DIALECTS[db.kind]], out.stderr
+
+
+def test_payloads_and_long_texts_have_room_on_every_database(db):
+    # MySQL's BLOB and TEXT stop at 64 KiB: its columns are LONGBLOB and MEDIUMTEXT.
+    store = db.store()
+    try:
+        store.ensure_schema()
+        cols = {c["name"]: str(c["type"]).upper() for c in inspect(store.engine).get_columns(store.tables.jobs.name)}
+    finally:
+        store.close()
+    if db.kind == "mariadb":
+        assert cols["payload"] == cols["result"] == "LONGBLOB"
+        assert cols["error"] == cols["arg_refs"] == "MEDIUMTEXT"
+    ex = db.executor(1)
+    big = "x" * 300_000  # past 64 KiB as a pickle, as an error text
+    assert ex.submit(jobs.identity, big).result(timeout=60) == big
+    with pytest.raises(jobs.CustomError, match="x{1000}"):
+        ex.submit(jobs.fail, big).result(timeout=60)
+    assert len(db.jobs()[-1].error) > 65_536  # the error text, whole

@@ -38,7 +38,7 @@ from sqlalchemy import (
     text,
 )
 
-from .dialects.types import JOBS_OPTIONS, TABLE_OPTIONS, Blob, Id, LongText, partial
+from .dialects.types import JOBS_OPTIONS, TABLE_OPTIONS, Blob, Id, LongText, options, partial
 
 #: Version 3 added ``arg_refs``, ``failed_upstream`` and ``retry_delay`` to ``jobs``;
 #: version 4 the ``executors`` table; version 5 queues (``jobs.queue``,
@@ -107,15 +107,17 @@ class Tables:
     executors: Table
 
 
-def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
+def make_tables(prefix: str = "", *, partial_indexes: bool = True, dialect: str | None = None) -> Tables:
     """Build the table definitions for ``prefix``.
 
     ``partial_indexes`` says whether the database supports ``CREATE INDEX ... WHERE``;
     without it the ready index becomes a composite index led by ``state``.
+    ``dialect``: the SQLAlchemy dialect the tables are for (their options are
+    then that database's only); None: every database's.
     """
     validate_prefix(prefix)
     md = MetaData()
-    opts: dict[str, Any] = TABLE_OPTIONS
+    opts: dict[str, Any] = options(TABLE_OPTIONS, dialect)
     jobs = Table(
         f"{prefix}jobs",
         md,
@@ -160,7 +162,7 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
         # records the job cancelled.
         Column("terminate_requested", Double, nullable=True),
         UniqueConstraint("job_key", name=f"{prefix}uq_jobs_key"),
-        **JOBS_OPTIONS,
+        **options(JOBS_OPTIONS, dialect),
     )
     # The claim reads a group's ready rows best first (priority, then age),
     # keeping those of the queues it serves: (group, priority, age, queue),
@@ -172,13 +174,13 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
     # ix_jobs_ready; the upgrades replace both.)
     ready_columns = (jobs.c.group_key, jobs.c.priority.desc(), jobs.c.id, jobs.c.queue)
     if partial_indexes:
-        Index(f"{prefix}ix_jobs_ready_g", *ready_columns, **partial(text("state = 'ready'")))
+        Index(f"{prefix}ix_jobs_ready_g", *ready_columns, **partial(text("state = 'ready'"), dialect))
     else:
         Index(f"{prefix}ix_jobs_ready_g", jobs.c.state, *ready_columns)
     # Reclaim looks for expired leases among leased/running rows. Partial where
     # possible, so that no planner prefers it over the ready index for a claim.
     active = text("state IN ('leased', 'running')")
-    Index(f"{prefix}ix_jobs_lease", jobs.c.state, jobs.c.lease_expires, **partial(active))
+    Index(f"{prefix}ix_jobs_lease", jobs.c.state, jobs.c.lease_expires, **partial(active, dialect))
     # Retention and purge look for jobs finished before a bound.
     Index(f"{prefix}ix_jobs_finished", jobs.c.finished_at)
     # Operators' lists show jobs newest first, a page at a time (keyset paging on
@@ -190,7 +192,7 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True) -> Tables:
     # backwards (those rows are most rows, or the newest); MySQL/MariaDB have
     # no partial indexes and keep a full one.
     for name, column in PAGED_BY.items():
-        where = partial(text(LISTED_STATES_SQL)) if name == "state" and partial_indexes else {}
+        where = partial(text(LISTED_STATES_SQL), dialect) if name == "state" and partial_indexes else {}
         Index(f"{prefix}ix_jobs_{name}", jobs.c[column], jobs.c.id, **where)
     Index(f"{prefix}ix_jobs_created", jobs.c.created_at)
     deps = Table(

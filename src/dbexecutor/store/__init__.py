@@ -106,7 +106,9 @@ class Store:
                 )
             self.listen_url = listener.url
         self.prefix = schema.validate_prefix(prefix)
-        self.tables = schema.make_tables(prefix, partial_indexes=self.driver.supports_partial_indexes)
+        self.tables = schema.make_tables(
+            prefix, partial_indexes=self.driver.supports_partial_indexes, dialect=self.driver.url.get_backend_name()
+        )
         self._db = Database(self.driver, pool_size=pool_size)
         self.ctx = Context(
             tables=self.tables,
