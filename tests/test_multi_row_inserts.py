@@ -142,9 +142,9 @@ def test_values_that_need_escaping_in_an_array_read_back_as_written(db):
     try:
         (owner,) = store.insert_jobs([NewJob("tests.f", b"x", ())], time.time())
         j = owner.job_id
-        texts = ['a,b', '"q"', "{x}", "NULL", "back\\slash", "é ü 中", "", None]
+        texts = ['a,b', '"q"', "{x}", "NULL", "back\\slash", "é ü 中", "", "it's 50%, %s %(x)s", "\\'; --", None]
         rows = [
-            {"job_id": j, "attempt": n, "worker": t, "started_at": -1.5e300 if n == 3 else n / 3,
+            {"job_id": j, "attempt": n, "worker": t, "started_at": -1.5e300 if n == 3 else 1e16 if n == 4 else -0.0 if n == 5 else n / 3,
              "ended_at": float(n), "outcome": f"o{n}", "detail": texts[-1 - n]}
             for n, t in enumerate(texts)
         ]
@@ -182,3 +182,24 @@ def test_lists_go_to_postgresql_in_binary(store):
     import psycopg
 
     assert psycopg.adapters.get_dumper(list, PyFormat.AUTO) is not ListBinaryDumper  # nothing changed for the application
+
+
+@pytest.mark.databases("mariadb")
+def test_values_written_into_mysql_statements_are_spelled_as_pymysql_spells_them(store):
+    # Multi-row statements carry their values as literals (dialects.mysql._inline):
+    # each must read as PyMySQL's own escaping of it, under either quoting mode.
+    from dbexecutor.dialects.mysql import _literal
+
+    values = [0, -(2**63), 2**64, None, 0.1, -0.0, 1e16, 1.5e-300, 2.0, b"", bytes(range(256)), "", "it's",
+              "back\\slash", '"q" %s %%', "é ü 中", "\x00nul", True, False]
+    with store.engine.connect() as conn:
+        dbapi = conn.connection.dbapi_connection
+        for mode in ("", "NO_BACKSLASH_ESCAPES"):
+            conn.exec_driver_sql(f"SET SESSION sql_mode = '{mode}'")
+            for v in values:
+                assert _literal(v, dbapi.escape) == dbapi.escape(v), v
+                # and the server reads back what was meant
+                if v is not None and not isinstance(v, bool):
+                    got = conn.exec_driver_sql("SELECT " + _literal(v, dbapi.escape), execution_options={"no_parameters": True}).scalar()
+                    assert (float(got) if isinstance(v, float) else got) == v, v
+        conn.invalidate()  # the session's sql_mode goes with it
