@@ -204,7 +204,7 @@ def _literal(value: Any, escape: Callable[[Any], str]) -> str:
             return escape(value)  # PyMySQL refuses them, with its own error
         return spelled if "e" in spelled else spelled + "e0"  # a DOUBLE, not a DECIMAL
     if kind is bytes:
-        return "X'" + value.hex() + "'"
+        return f"X'{value.hex()}'"
     return escape(value)  # text (its quoting follows the server's NO_BACKSLASH_ESCAPES), and any other type
 
 
