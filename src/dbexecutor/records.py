@@ -202,6 +202,10 @@ class Finished:
     refused: list[int] = field(default_factory=list)  # put back: the child could not load them
     finalized: list[int] = field(default_factory=list)  # done by their children's own commits (job transactions)
 
+    def results(self) -> dict[int, bytes]:
+        """The stored results of the jobs these reports finished done, by id (what their dependents take)."""
+        return {f.job_id: f.result for f in self.finals if f.state == states.DONE and f.result is not None}
+
 
 # -- public read models ---------------------------------------------------------------------------
 

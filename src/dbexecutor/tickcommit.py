@@ -31,7 +31,6 @@ from .flags import ExecutorFlags
 from .pace import Pace
 from .records import Claimed, Finished, NewJob, Report, Submitted
 from .registry import Registry
-from .states import DONE
 from .stats import SchedulerStats
 from .store import Store
 from .store.sql import Scope
@@ -199,7 +198,7 @@ class TickCommit:
             raise
         self.stats.ended(self._reports)
         self.stats.started(len(claimed))
-        self._fresh = {f.job_id: f.result for f in done.finals if f.state == DONE and f.result is not None}
+        self._fresh = done.results()
         self._reports = []
         self._claimed += self._started_early(claimed)
         self._queue.stored(items, inserted)
@@ -232,7 +231,7 @@ class TickCommit:
         :meth:`_void_early` kills those children: the leases never existed.
         """
         self._void_early()  # an earlier try of this transaction, which did not commit
-        fresh = {f.job_id: f.result for f in done.finals if f.state == DONE and f.result is not None}
+        fresh = done.results()
         ready = [job for job in claimed if job.refs is not None and all(ref in fresh for ref in job.refs)]
         ready = ready[: self._supervisor.idle_children()]
         if ready:
