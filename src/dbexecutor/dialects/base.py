@@ -99,6 +99,10 @@ class Driver:
         self.url = url
         self._built: dict[Any, Any] = {}  # statements this driver derived from the catalogue's, built once
 
+    def make_tables(self, prefix: str) -> schema.Tables:
+        """The table definitions for ``prefix`` on this database: its index forms and its options only."""
+        return schema.make_tables(prefix, partial_indexes=self.supports_partial_indexes, dialect=self.url.get_backend_name())
+
     # -- connecting -------------------------------------------------------------------------------
 
     def database_missing(self) -> bool:

@@ -64,7 +64,7 @@ from .. import hosts
 from . import admin, claim, control, dag, finish, fleet, leases, migrations, reads, submit
 from .clock import Clock
 from .context import Context
-from .database import Database, masked_url
+from .database import MAX_TRIES, Database, masked_url
 from .migrations import SchemaReport
 from .sql import DEFAULT_SCOPE, Scope, Statements
 
@@ -106,9 +106,7 @@ class Store:
                 )
             self.listen_url = listener.url
         self.prefix = schema.validate_prefix(prefix)
-        self.tables = schema.make_tables(
-            prefix, partial_indexes=self.driver.supports_partial_indexes, dialect=self.driver.url.get_backend_name()
-        )
+        self.tables = self.driver.make_tables(prefix)
         self._db = Database(self.driver, pool_size=pool_size)
         self.ctx = Context(
             tables=self.tables,
@@ -192,7 +190,7 @@ class Store:
     drained: bool = False
 
     def _txn(
-        self, work: Callable[[Connection], Any], *, read_only: bool = False, tries: int | None = None, one_write: bool = False
+        self, work: Callable[[Connection], Any], *, read_only: bool = False, tries: int = MAX_TRIES, one_write: bool = False
     ) -> Any:
         unsent = self.ctx.unsent()
 
@@ -200,10 +198,7 @@ class Store:
             unsent.clear()  # a transaction tried again notifies afresh
             return work(conn)
 
-        if tries is None:
-            out = self._db.txn(attempt, read_only=read_only, one_write=one_write)
-        else:
-            out = self._db.txn(attempt, read_only=read_only, tries=tries, one_write=one_write)
+        out = self._db.txn(attempt, read_only=read_only, tries=tries, one_write=one_write)
         if unsent:
             payloads = list(unsent)
             unsent.clear()

@@ -27,7 +27,7 @@ import time
 from sqlalchemy import Connection
 from sqlalchemy.engine import RootTransaction
 
-from .. import schema, serialization
+from .. import serialization
 from ..dialects import resolve
 from ..records import Report
 from . import finish, submit, worker_name
@@ -44,7 +44,7 @@ class JobDatabase:
 
     def __init__(self, url: str, prefix: str, signer: serialization.Signer) -> None:
         driver = resolve(url)
-        tables = schema.make_tables(prefix, partial_indexes=driver.supports_partial_indexes, dialect=driver.url.get_backend_name())
+        tables = driver.make_tables(prefix)
         # One connection: a child runs one job at a time.
         self._db = Database(driver, pool_size=1)
         self._ctx = Context(tables, driver, Statements(tables, driver), signer, prefix, Clock())

@@ -67,8 +67,7 @@ def ensure_groups(ctx: Context, conn: Connection, jobs: Sequence[NewJob]) -> dic
     """
     todo: dict[str, int | None] = {}
     for job in jobs:
-        seen = ctx.groups_seen.get(job.group, -1)
-        if seen == -1 or (job.weight is not None and job.weight != seen):
+        if not _group_written(ctx, job):
             todo[job.group] = job.weight if job.weight is not None else todo.get(job.group)
     for name, weight in todo.items():
         conn.execute(ctx.sql.ensure_group, {"p_name": name, "p_weight": weight or 1})
@@ -83,9 +82,11 @@ def one_write(ctx: Context, jobs: Sequence[NewJob]) -> bool:
     Such a write needs no transaction around it (see ``Database.txn``);
     reads before it (whether another executor listens) may run outside one.
     """
-    if len(jobs) != 1 or not jobs[0].leasable:
-        return False
-    job = jobs[0]
+    return len(jobs) == 1 and jobs[0].leasable and _group_written(ctx, jobs[0])
+
+
+def _group_written(ctx: Context, job: NewJob) -> bool:
+    """Whether this process wrote ``job``'s group, with the weight ``job`` sets if it sets one."""
     seen = ctx.groups_seen.get(job.group, -1)
     return seen != -1 and (job.weight is None or job.weight == seen)
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ... import schema
 from . import Statements, catalogue
 
 
@@ -13,7 +12,7 @@ def _main() -> None:  # pragma: no cover - a reading aid
 
     url = sys.argv[1] if len(sys.argv) > 1 else "sqlite:///catalogue.db"
     driver = resolve(url)
-    stmts = Statements(schema.make_tables("", partial_indexes=driver.supports_partial_indexes), driver)
+    stmts = Statements(driver.make_tables(""), driver)
     from sqlalchemy import create_engine
 
     dialect = create_engine(driver.url).dialect
