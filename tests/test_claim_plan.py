@@ -40,21 +40,25 @@ def test_claim_uses_the_ready_index(db):
         conn.commit()
     plans = store.explain_claim()
     index = f"{db.prefix}ix_jobs_ready_g"
-    claim, groups, lease = ("\n".join(plans[k]) for k in ("claim", "groups", "lease"))
-    assert index in claim, claim
+    claim, groups, lease, alone = ("\n".join(plans[k]) for k in ("claim", "groups", "lease", "alone"))
+    assert index in claim and index in alone, (claim, alone)
     if db.kind == "sqlite":
         assert "USING INDEX" in claim and "TEMP B-TREE" not in claim, claim
         assert f"SCAN {j.name}" not in groups and f"SCAN {j.name}" not in claim, groups
         assert "USING INTEGER PRIMARY KEY" in lease and f"SCAN {j.name}" not in lease, lease
+        # The lone group's lease: the same, and the other groups probed as the groups' read probes them.
+        assert "USING INTEGER PRIMARY KEY" in alone and "TEMP B-TREE" not in alone, alone
+        assert f"SCAN {j.name}" not in alone and "SCAN alone_j" not in alone, alone
     elif db.kind == "postgresql":
         assert "Seq Scan" not in claim and "Sort" not in claim, claim
         assert f"Seq Scan on {j.name}" not in groups, groups
         assert f"{j.name}_pkey" in lease and "Seq Scan" not in lease, lease
+        assert f"{j.name}_pkey" in alone and f"Seq Scan on {j.name}" not in alone and "Sort" not in alone, alone
     else:
         # MySQL's EXPLAIN rows: id | select_type | table | partitions | type | ...
-        for line in plans["claim"] + plans["groups"] + plans["lease"]:
+        for line in plans["claim"] + plans["groups"] + plans["lease"] + plans["alone"]:
             cells = [c.strip() for c in line.split("|")]
-            if cells[2] == j.name:
+            if cells[2] in (j.name, "alone_j"):
                 assert cells[4] != "ALL" and cells[6] != "None" and "filesort" not in line, line
     claimed = store.claim("plan-test", 8, 30.0, time.time())
     assert len(claimed) == 8

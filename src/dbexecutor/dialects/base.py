@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from sqlalchemy import ColumnElement, Insert, Select, Table, bindparam, func, insert, select
+from sqlalchemy import ColumnElement, FromClause, Insert, Select, Table, bindparam, func, insert, select
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateColumn
@@ -176,7 +176,7 @@ class Driver:
         """``column`` is one of the ids bound to the parameter ``name`` (a list of ints at execution)."""
         return cast(ColumnElement[bool], column.in_(bindparam(name, expanding=True)))
 
-    def along_index(self, stmt: Select[Any], table: Table, index: str) -> Select[Any]:
+    def along_index(self, stmt: Select[Any], table: FromClause, index: str) -> Select[Any]:
         """``stmt`` reading ``table`` along ``index``: as planned by default; told so where the planner chose worse."""
         return stmt
 
@@ -280,19 +280,27 @@ class Driver:
         return job_id, str(conn.execute(select(table.c.state).where(table.c.id == job_id)).scalar_one())
 
     def lease_rows(
-        self, conn: Connection, sql: Statements, params: dict[str, Any], scope: tuple[bool, bool] = (False, False)
+        self,
+        conn: Connection,
+        sql: Statements,
+        params: dict[str, Any],
+        scope: tuple[bool, bool] = (False, False),
+        *,
+        alone: bool = False,
     ) -> list[Claimed]:
         """Lease the ``p_limit`` best runnable rows of group ``p_group`` in the claim's scope (skipping rows another claim holds).
 
         With ``UPDATE ... RETURNING`` one statement leases the rows the pick
         selects and reads them back; otherwise the pick locks them and an
-        ``UPDATE`` by id leases them.
+        ``UPDATE`` by id leases them. ``alone``: only if the group is the
+        claim's only choice (``Statements.pick_alone``); else nothing.
         """
         if self.update_returning:
+            lease = sql.lease_picked_alone(scope) if alone else sql.lease_picked(scope)
             # RETURNING has no order: sort as the pick did.
-            leased = sorted(conn.execute(sql.lease_picked(scope), params).all(), key=lambda r: (-r.priority, r.id))
+            leased = sorted(conn.execute(lease, params).all(), key=lambda r: (-r.priority, r.id))
             return [_claimed(r, r.attempt) for r in leased]
-        picked = conn.execute(sql.pick(scope), params).all()
+        picked = conn.execute(sql.pick_alone(scope) if alone else sql.pick(scope), params).all()
         if picked:
             conn.execute(sql.lease_ids, {**params, "p_ids": [int(r.id) for r in picked]})
         return [_claimed(r, r.attempt + 1) for r in picked]

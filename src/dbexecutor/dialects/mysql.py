@@ -14,7 +14,7 @@ import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, Table, event, text
+from sqlalchemy import FromClause, Select, Table, event, text
 from sqlalchemy.engine import Connection, CursorResult, Engine
 from sqlalchemy.pool import PoolResetState
 from sqlalchemy.exc import DBAPIError
@@ -91,7 +91,7 @@ class MySQLDriver(Driver):
             self.max_payload = max(1, packet - (64 << 10))  # room for the rest of the row and the statement
             self.packet_bytes = min(PACKET_BYTES, packet // 4)
 
-    def along_index(self, stmt: Select[Any], table: Table, index: str) -> Select[Any]:
+    def along_index(self, stmt: Select[Any], table: FromClause, index: str) -> Select[Any]:
         # Given "state = 'done' AND id < :before ORDER BY id DESC LIMIT n", MariaDB
         # picks a ref lookup on (state, id) and walks every newer row of the state
         # before the first one below :before (seconds, a million rows in); the

@@ -383,7 +383,8 @@ class Store:
             self.drained = True
             return []
         def work(conn: Connection) -> tuple[list[Claimed], bool]:
-            got, drained = claim.claim(self.ctx, conn, owner, limit, ttl, now, scope)
+            # Work is there: the probe saw it, or the caller knows of it.
+            got, drained = claim.claim(self.ctx, conn, owner, limit, ttl, now, scope, likely=True)
             if before_commit is not None and got:
                 before_commit(got, Finished())
             return got, drained
@@ -466,7 +467,8 @@ class Store:
                 # In leased: nothing else was runnable; the whole burst leased leaves nothing.
                 drained = len(claimed) == len(new)
             elif limit > 0 and (look or new or made_runnable):
-                claimed, drained = claim.claim(ctx, conn, owner, limit, ttl, now, scope)
+                likely = made_runnable or ctx.backlog or any(s.state == schema.READY for s in inserted)
+                claimed, drained = claim.claim(ctx, conn, owner, limit, ttl, now, scope, likely=likely)
             elif new or made_runnable:
                 drained = False  # not looked, and there may be runnable rows now
             # New rows this transaction claimed itself are nobody else's news.
@@ -488,7 +490,9 @@ class Store:
         """The database's plans for the claim's statements, one line per plan row (for tests and tuning).
 
         ``groups``: which groups have runnable work; ``claim``: one group's best
-        rows; ``lease``: the UPDATE that leases them (explained, not run).
+        rows; ``lease``: the UPDATE that leases them (explained, not run);
+        ``alone``: the statement that leases (or, without ``UPDATE ...
+        RETURNING``, picks) a group's best rows if it is the only choice.
         ``scope``: the queues the claiming executor serves.
         """
         now = time.time()
@@ -503,11 +507,14 @@ class Store:
             else (sql.lease_ids, {**params, "p_ids": list(range(1, limit + 1))})
         )
 
+        alone = sql.lease_picked_alone(scope.key) if self.driver.update_returning else sql.pick_alone(scope.key)
+
         def work(conn: Connection) -> dict[str, list[str]]:
             return {
                 "groups": self.driver.explain(conn, sql.runnable_groups(scope.key), {"p_now": now, **scope.params()}),
                 "claim": self.driver.explain(conn, sql.pick(scope.key), params),
                 "lease": self.driver.explain(conn, lease, lease_params),
+                "alone": self.driver.explain(conn, alone, params),
             }
 
         return self._txn(work)  # type: ignore[no-any-return]

@@ -2,10 +2,14 @@
 
 ::
 
-    lock the rows of the groups with runnable work (name order)
-    count leased + running jobs of the limited ones
-    one group:  lease its best rows (priority, then age)
-    several:    hand the free slots out by stride scheduling (fairshare.Allocation),
+    work expected, and the last claim found one group without a limit:
+                lease its best rows if it is still the only choice (one statement);
+                the rest only if that leased nothing
+    read the groups with runnable work
+    one group without a limit:  lease its best rows (priority, then age)
+    else:       lock the rows of those groups (name order),
+                count leased + running jobs of the limited ones,
+                hand the free slots out by stride scheduling (fairshare.Allocation),
                 lease each group's share, advance the virtual times
 
 The group rows are locked first, so claims that could touch the same groups
@@ -35,18 +39,39 @@ def runnable_groups(ctx: Context, conn: Connection, now: float, scope: Scope) ->
 
 
 def claim(
-    ctx: Context, conn: Connection, owner: str, limit: int, ttl: float, now: float, scope: Scope
+    ctx: Context,
+    conn: Connection,
+    owner: str,
+    limit: int,
+    ttl: float,
+    now: float,
+    scope: Scope,
+    *,
+    likely: bool = False,
 ) -> tuple[list[Claimed], bool]:
     """Lease up to ``limit`` runnable jobs of ``scope`` to ``owner`` for ``ttl`` seconds, in the caller's transaction.
 
     Also says whether the claim left nothing runnable in ``scope`` (rows that
     other claims hold locked aside): no runnable group, or one group without
     a limit that had fewer runnable rows than ``limit``. False when unsure.
+
+    ``likely``: the caller knows of runnable work (it released or inserted
+    some, or the last claim filled its slots). If the last claim of this
+    scope found a single group without a limit, that group's rows are then
+    leased at once, by a statement that leases nothing unless the group is
+    still the only choice: one statement fewer. Only if it leases nothing
+    does the whole claim follow (a read of which groups have work first).
     """
+    lone = ctx.lone_group
+    if likely and lone is not None and lone[0] == scope:
+        got = _lease(ctx, conn, lone[1], limit, owner, ttl, max(now, ctx.clock.now()), scope, alone=True)
+        if got:
+            return got, len(got) < limit
     params = {"p_now": now, **scope.params()}
     rows = conn.execute(ctx.sql.runnable_groups(scope.key), params).all()
     if not rows:
         return [], True
+    ctx.lone_group = (scope, rows[0].name) if len(rows) == 1 and rows[0].max_running is None else None
     if len(rows) == 1 and rows[0].max_running is None:
         # One runnable group without a limit (the common case): its best rows,
         # skipping those other claims hold. Nothing is shared to take turns on:
@@ -96,9 +121,18 @@ def _claim_groups(
 
 
 def _lease(
-    ctx: Context, conn: Connection, group: str, limit: int, owner: str, ttl: float, now: float, scope: Scope
+    ctx: Context,
+    conn: Connection,
+    group: str,
+    limit: int,
+    owner: str,
+    ttl: float,
+    now: float,
+    scope: Scope,
+    *,
+    alone: bool = False,
 ) -> list[Claimed]:
     params: dict[str, Any] = {
         "p_group": group, "p_now": now, "p_owner": owner, "p_expires": now + ttl, "p_limit": limit, **scope.params()
     }
-    return ctx.driver.lease_rows(conn, ctx.sql, params, scope.key)
+    return ctx.driver.lease_rows(conn, ctx.sql, params, scope.key, alone=alone)

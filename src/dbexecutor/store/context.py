@@ -15,7 +15,7 @@ from sqlalchemy import Connection
 from .. import schema, serialization
 from ..dialects import Driver
 from .clock import Clock
-from .sql import Statements
+from .sql import Scope, Statements
 
 __all__ = ["Context", "NOTIFY_IDS", "PEERS_FOR", "IN_CHUNK", "chunks"]
 
@@ -50,6 +50,8 @@ class Context:
     groups_seen: dict[str, int | None] = field(default_factory=dict)
     #: The last claim filled every slot it had: more work is probably runnable (a hint only).
     backlog: bool = False
+    #: (scope, group): the last claim of that scope that found work found it in that one group, with no limit (a hint only).
+    lone_group: tuple[Scope, str] | None = None
     #: Notifications of the transaction running in this thread, where the database has no NOTIFY:
     #: the store hands them to :attr:`after_commit` once the transaction has committed.
     _unsent: threading.local = field(default_factory=threading.local)

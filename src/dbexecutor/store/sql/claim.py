@@ -10,7 +10,8 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Integer, Select, Update, func, select, update
+from sqlalchemy import Integer, Select, Update, exists, func, select, update
+from sqlalchemy.sql.util import ClauseAdapter
 
 from ... import schema
 from .base import StatementsBase, _p
@@ -94,6 +95,36 @@ class ClaimStatements(StatementsBase):
             ),
         )
 
+    def pick_alone(self, scope: tuple[bool, bool] = (False, False)) -> Select[Any]:
+        """:meth:`pick`, selecting nothing unless group ``p_group`` would be the claim's only choice.
+
+        That is: it has no concurrency limit, and no other group has runnable
+        work in the scope. Then its best rows are what the whole claim
+        (:meth:`runnable_groups`, then :meth:`pick`) would lease, in one
+        read fewer. The condition refers to no row of the pick: the database
+        evaluates it once.
+        """
+        return self._variant(  # type: ignore[no-any-return]
+            "pick_alone", scope, lambda: self.pick(scope).where(self._alone(scope))
+        )
+
+    def _alone(self, scope: tuple[bool, bool]) -> Any:
+        """Group ``p_group`` has no limit, and no other group has a runnable row in the scope."""
+        g, j = self.tables.groups.alias("alone_g"), self.tables.jobs.alias("alone_j")
+        # The runnable_groups probe, over aliases: the pick reads the same tables.
+        first = self.driver.along_index(
+            select(j.c.id)
+            .where(j.c.group_key == g.c.name, ClauseAdapter(j).traverse(self.runnable(_p("now"), scope)))
+            .order_by(j.c.priority.desc(), j.c.id)
+            .limit(1),
+            j,
+            self._jobs_index("ready_g"),
+        ).scalar_subquery()
+        limits = self.tables.groups.alias("alone_limit")
+        return ~exists().where(g.c.name != _p("group"), first.is_not(None)) & ~exists().where(
+            limits.c.name == _p("group"), limits.c.max_running.is_not(None)
+        )
+
     def _along_ready_index(self, stmt: Select[Any]) -> Select[Any]:
         """A read of ready rows in the claim's order (group, priority, age), along the ready index."""
         return self.driver.along_index(stmt, self.tables.jobs, self._jobs_index("ready_g"))
@@ -121,6 +152,17 @@ class ClaimStatements(StatementsBase):
             scope,
             lambda: self._lease()
             .where(self.driver.id_in(j.c.id, self.pick(scope).with_only_columns(j.c.id)))
+            .returning(*self._claimed_columns(j)),
+        )
+
+    def lease_picked_alone(self, scope: tuple[bool, bool] = (False, False)) -> Update:
+        """:meth:`lease_picked` of the rows :meth:`pick_alone` selects."""
+        j = self.tables.jobs
+        return self._variant(  # type: ignore[no-any-return]
+            "lease_picked_alone",
+            scope,
+            lambda: self._lease()
+            .where(self.driver.id_in(j.c.id, self.pick_alone(scope).with_only_columns(j.c.id)))
             .returning(*self._claimed_columns(j)),
         )
 
