@@ -38,7 +38,7 @@ from .future import JobFuture
 from .mapping import submit_map
 from .options import JobOptions, required_seconds, with_options
 from .queues import EVERY, program_queue, serving
-from .pool import default_context, default_workers
+from .pool import IMPORTING_MAIN, default_context, default_workers, importing_main
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
 from .records import Final, GroupInfo, NewJob
 from .store import Store
@@ -134,6 +134,8 @@ class DBExecutor(SubmitsJobs, Executor):
         # Checked before anything is built: DBExecutor(os.environ.get("URL")) should say what is missing.
         if not isinstance(url, (str, URL)):
             raise TypeError(_url_needed(url))
+        if importing_main():
+            raise RuntimeError(IMPORTING_MAIN)
         if max_workers is None:
             max_workers = default_workers()
         elif max_workers <= 0:

@@ -72,6 +72,27 @@ def warm_up(ctx: BaseContext) -> None:
     forkserver.ensure_running()
 
 
+def importing_main() -> bool:
+    """Whether this process is a child still importing the main module of the program that started it.
+
+    multiprocessing's ``spawn`` and ``forkserver`` children import the
+    parent's main module before they run anything else: a script that starts
+    an executor when imported (no ``if __name__ == "__main__":``) starts one
+    again in each of its children.
+    """
+    # multiprocessing's own check (spawn._check_not_importing_main) reads this flag.
+    return bool(getattr(multiprocessing.current_process(), "_inheriting", False))
+
+
+#: Why a child cannot start an executor while importing its parent's main module.
+IMPORTING_MAIN = (
+    "a DBExecutor was created while this child process was importing the main module of the program "
+    "that started it, which starts one when imported. Put the script's work under "
+    "`if __name__ == \"__main__\":` (as ProcessPoolExecutor needs with spawn or forkserver): "
+    "children import the script first."
+)
+
+
 def default_workers() -> int:
     """The number of CPUs this process may use (as ``ProcessPoolExecutor``'s default)."""
     count = getattr(os, "process_cpu_count", os.cpu_count)()
