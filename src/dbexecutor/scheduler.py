@@ -373,17 +373,19 @@ class Scheduler:
         backoff = 0.0
         try:
             self._start_children()
-            while not self._finished():
-                try:
-                    self._tick(backoff)
-                    if backoff:
-                        log.warning("database reachable again; carrying on")
-                    backoff = 0.0
-                except DBAPIError as error:
-                    # The server restarting or a dropped connection: nothing in
-                    # memory is lost (unwritten reports are kept), so wait and retry.
-                    backoff = min(max(backoff * 2, 0.1), _MAX_BACKOFF)
-                    log.warning("database error in the scheduler (%s); retrying in %.1f s", short_error(error), backoff)
+            # One connection for the loop's transactions, not one from the pool per tick.
+            with self.store.holding_connection():
+                while not self._finished():
+                    try:
+                        self._tick(backoff)
+                        if backoff:
+                            log.warning("database reachable again; carrying on")
+                        backoff = 0.0
+                    except DBAPIError as error:
+                        # The server restarting or a dropped connection: nothing in
+                        # memory is lost (unwritten reports are kept), so wait and retry.
+                        backoff = min(max(backoff * 2, 0.1), _MAX_BACKOFF)
+                        log.warning("database error in the scheduler (%s); retrying in %.1f s", short_error(error), backoff)
         except BaseException:
             log.exception("the dbexecutor scheduler stopped on an unexpected error")
             self._break("the scheduler thread stopped on an unexpected error; see the log")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from collections.abc import Set as AbstractSet
 from typing import Any
 
@@ -188,6 +189,10 @@ class Store:
     #: runnable. Other writes (releases, reclaims, other threads and processes) do not clear
     #: it: a hint for the scheduler, which hears of those and decides whether to trust it.
     drained: bool = False
+
+    def holding_connection(self) -> AbstractContextManager[None]:
+        """While inside, this thread's transactions reuse one pooled connection (see ``Database.holding``)."""
+        return self._db.holding()
 
     def _txn(
         self, work: Callable[[Connection], Any], *, read_only: bool = False, tries: int = MAX_TRIES, one_write: bool = False
