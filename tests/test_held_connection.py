@@ -51,8 +51,32 @@ def test_the_schedulers_ticks_share_one_connection(db, checkouts):
     assert checkouts["dbexecutor-scheduler"] <= 3, checkouts
 
 
+def test_an_executor_running_jobs_opens_one_connection(db):
+    """The loop's held connection is the only one it opens: its read-only looks run on it too."""
+    opened: list[int] = []
+
+    def record(dbapi_conn, record):  # type: ignore[no-untyped-def]
+        opened.append(id(dbapi_conn))
+
+    event.listen(Pool, "connect", record)
+    try:
+        ex = db.executor(2, poll_interval=0.05)  # idle looks (read-only probes) between the jobs
+        for i in range(10):
+            assert ex.submit(jobs.add, i, 1).result(timeout=T) == i + 1
+            threading.Event().wait(0.06)
+        ex.shutdown()
+    finally:
+        event.remove(Pool, "connect", record)
+    # Before: a second one, for the probes that went to the pool while the loop held the first.
+    assert len(opened) == 1, opened
+
+
 def _connection(conn: Any) -> Any:
     return conn
+
+
+def _read_only(conn: Any) -> Any:
+    return conn.get_execution_options().get("dbexecutor_read_only")
 
 
 def test_a_failed_transaction_gives_up_the_held_connection(db):
@@ -61,7 +85,12 @@ def test_a_failed_transaction_gives_up_the_held_connection(db):
         with store.holding_connection():
             first = store._txn(_connection)
             assert store._txn(_connection) is first  # held
-            assert store._txn(_connection, read_only=True) is not first  # read-only: from the pool
+            # Read-only and one-write transactions too: the thread never holds two connections.
+            assert store._txn(_connection, read_only=True) is first
+            assert store._txn(_connection, one_write=True) is first
+            # A read-only transaction says so (SQLite then takes no write lock), for itself only.
+            assert store._txn(_read_only, read_only=True) is True
+            assert not store._txn(_read_only)
 
             def fails(conn: Any) -> None:
                 conn.execute(text("SELECT 1"))

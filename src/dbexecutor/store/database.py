@@ -86,11 +86,11 @@ class Database:
 
         For a thread that runs transactions back to back (the scheduler's
         loop): taking a connection from the pool and giving it back cost
-        about a tenth of a SQLite tick. A transaction that fails drops the
+        about a tenth of a SQLite tick. Every transaction of the thread runs
+        on it (a one-write one in a transaction, not in autocommit), so the
+        thread never holds two. A transaction that fails drops the
         connection, so that the next one starts on a fresh one; after
         :data:`HOLD_FOR` seconds the connection goes back to the pool anyway.
-        Read-only and one-write transactions, which set options on their
-        connection, take one from the pool as before.
         """
         held = self._held
         held.on = True
@@ -126,17 +126,13 @@ class Database:
         """
         delay = 0.02
         # Not within a transaction of the held connection (work that opens another one takes its own).
-        hold = self._held.on and not (read_only or one_write) and not (self._held.conn and self._held.conn.in_transaction())
+        hold = self._held.on and not (self._held.conn and self._held.conn.in_transaction())
         for attempt in itertools.count(1):
             try:
                 if hold:
-                    try:
-                        conn = self._connection()
-                        with conn.begin():
-                            return work(conn)
-                    except BaseException:
-                        self._drop_held()  # a fresh connection for the next try, whatever went wrong
-                        raise
+                    # One-write work runs in a transaction here: switching the held
+                    # connection to autocommit and back would cost what it saves.
+                    return self._held_txn(work, read_only)
                 with self.engine.connect() as conn:
                     if read_only:
                         conn.execution_options(dbexecutor_read_only=True)
@@ -152,6 +148,22 @@ class Database:
                 time.sleep(delay * (0.5 + random.random()))
                 delay = min(delay * 2, 1.0)
         raise AssertionError("unreachable")
+
+    def _held_txn(self, work: Callable[[Connection], T], read_only: bool) -> T:
+        """One transaction on this thread's held connection; it is given up if anything fails."""
+        try:
+            conn = self._connection()
+            if read_only:
+                conn.execution_options(dbexecutor_read_only=True)
+            try:
+                with conn.begin():
+                    return work(conn)
+            finally:
+                if read_only:
+                    conn.execution_options(dbexecutor_read_only=False)
+        except BaseException:
+            self._drop_held()  # a fresh connection for the next try, whatever went wrong
+            raise
 
     def retry_later(self, error: DBAPIError) -> bool:
         """Whether ``error`` is the database's state (down, busy, restarting) rather than a refused row."""
