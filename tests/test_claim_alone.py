@@ -91,11 +91,16 @@ def test_a_lone_group_is_leased_without_reading_the_groups_first(db, group_reads
         store.close()
 
 
+def _alone_once(store: Any) -> None:
+    """Ready rows in the default group only, and a claim that finds them there: the next claim takes the hint."""
+    _ready(store, schema.DEFAULT_GROUP, 6)
+    assert len(store.claim("alone-test", 1, TTL, time.time(), probe=False)) == 1
+
+
 def test_another_group_with_work_gets_its_fair_share(db, group_reads):
     store = db.store()
     try:
-        _ready(store, schema.DEFAULT_GROUP, 6)
-        assert len(store.claim("alone-test", 1, TTL, time.time(), probe=False)) == 1
+        _alone_once(store)
         store.configure_group("other", weight=1)
         _ready(store, "other", 6)
         group_reads.clear()
@@ -113,8 +118,7 @@ def test_another_group_with_work_gets_its_fair_share(db, group_reads):
 def test_a_limit_set_since_the_last_claim_holds(db, group_reads):
     store = db.store()
     try:
-        _ready(store, schema.DEFAULT_GROUP, 6)
-        assert len(store.claim("alone-test", 1, TTL, time.time(), probe=False)) == 1
+        _alone_once(store)
         store.configure_group(schema.DEFAULT_GROUP, limit=2)
         group_reads.clear()
         claimed = store.claim("alone-test", 4, TTL, time.time(), probe=False)

@@ -146,24 +146,23 @@ class ClaimStatements(StatementsBase):
 
     def lease_picked(self, scope: tuple[bool, bool] = (False, False)) -> Update:
         """Lease to ``p_owner`` the rows :meth:`pick` selects and return them (databases with UPDATE ... RETURNING)."""
-        j = self.tables.jobs
         return self._variant(  # type: ignore[no-any-return]
-            "lease_picked",
-            scope,
-            lambda: self._lease()
-            .where(self.driver.id_in(j.c.id, self.pick(scope).with_only_columns(j.c.id)))
-            .returning(*self._claimed_columns(j)),
+            "lease_picked", scope, lambda: self._lease_returning(self.pick(scope))
         )
 
     def lease_picked_alone(self, scope: tuple[bool, bool] = (False, False)) -> Update:
         """:meth:`lease_picked` of the rows :meth:`pick_alone` selects."""
-        j = self.tables.jobs
         return self._variant(  # type: ignore[no-any-return]
-            "lease_picked_alone",
-            scope,
-            lambda: self._lease()
-            .where(self.driver.id_in(j.c.id, self.pick_alone(scope).with_only_columns(j.c.id)))
-            .returning(*self._claimed_columns(j)),
+            "lease_picked_alone", scope, lambda: self._lease_returning(self.pick_alone(scope))
+        )
+
+    def _lease_returning(self, pick: Select[Any]) -> Update:
+        """Lease the rows ``pick`` selects, found by primary key, and return what a claim reads of them."""
+        j = self.tables.jobs
+        return (
+            self._lease()
+            .where(self.driver.id_in(j.c.id, pick.with_only_columns(j.c.id)))
+            .returning(*self._claimed_columns(j))
         )
 
     @cached_property
