@@ -206,10 +206,10 @@ class Supervisor:
             log.warning("idle child %d exited (%s); a new one starts when needed", c.pid, how)
             return
         jobs_log.warning("child %d died (%s) while running job %d (%s) attempt %d", c.pid, how, head.job_id, head.function, head.attempt)
-        if c.ready or c.process.exitcode in (0, None) or (c.process.exitcode or 0) < 0:
+        failed_start = not c.ready and (c.process.exitcode or 0) > 0  # it exited with an error before it was ready
+        if not failed_start:
             error = WorkerDied(f"the child process (pid {c.pid}) running job {head.job_id} died with {how}")
         else:
-            # It never said it was ready: its start failed (its stderr says why).
             error = WorkerDied(
                 f"the child process (pid {c.pid}) for job {head.job_id} exited with {how} before it could run a job "
                 "(its traceback is on its stderr); if the script starts executors when imported, put that under "

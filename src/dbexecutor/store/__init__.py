@@ -28,8 +28,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
 from collections.abc import Set as AbstractSet
+from contextlib import AbstractContextManager
 from typing import Any
 
 from sqlalchemy import Connection, inspect
