@@ -15,12 +15,14 @@ import os
 import re
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from sqlalchemy import Connection, create_engine, insert, select, text
+from sqlalchemy import Connection, create_engine, event, insert, select, text
+from sqlalchemy.engine import Engine
 
 from dbexecutor import DBExecutor
 from dbexecutor.store import Store
@@ -135,6 +137,23 @@ class DB:
     def options(self) -> dict[str, Any]:
         """Keyword arguments that put a ``DBExecutor`` on this test's tables."""
         return {"prefix": self.prefix, **FAST}
+
+
+@contextmanager
+def statements(match: Callable[[str], bool]) -> Iterator[list[str]]:
+    """The statements this process runs while inside (one space between words, lower case) that ``match`` accepts."""
+    seen: list[str] = []
+
+    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        text = " ".join(statement.split()).lower()
+        if match(text):
+            seen.append(text)
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
 
 
 def insert_done(conn: Connection, store: Store, n: int) -> list[int]:

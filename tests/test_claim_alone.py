@@ -19,9 +19,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event, insert
-from sqlalchemy.engine import Engine
+from sqlalchemy import insert
 
+from conftest import statements
 from dbexecutor import schema
 from dbexecutor.records import NewJob, Report
 
@@ -31,17 +31,9 @@ TTL = 30.0
 @pytest.fixture
 def group_reads(db: Any) -> Iterator[list[str]]:
     """Every statement of this process that starts by reading this test's groups table (the claim's look)."""
-    seen: list[str] = []
     table = f"{db.prefix}groups".lower()
-
-    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        text = " ".join(statement.split()).lower()
-        if text.startswith(f"select {table}.name"):
-            seen.append(text)
-
-    event.listen(Engine, "before_cursor_execute", record)
-    yield seen
-    event.remove(Engine, "before_cursor_execute", record)
+    with statements(lambda text: text.startswith(f"select {table}.name")) as seen:
+        yield seen
 
 
 def _ready(store: Any, group: str, n: int, priority: int = 0) -> None:

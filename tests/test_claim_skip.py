@@ -22,10 +22,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from sqlalchemy import event
-from sqlalchemy.engine import Engine
-
 import jobs
+from conftest import statements
 from dbexecutor.records import NewJob, Report
 from dbexecutor.store import Store
 
@@ -49,19 +47,9 @@ def _failed(job_id: int, attempt: int = 1) -> Report:
 @pytest.fixture
 def claim_probes(db: Any) -> Iterator[list[str]]:
     """Every statement of this process that reads this test's groups table (the claim's first look), once armed."""
-    seen: list[str] = []
     table = f"{db.prefix}groups".lower()
-
-    def record(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
-        text = " ".join(statement.split()).lower()
-        if text.startswith("select") and f"from {table}" in text:
-            seen.append(text)
-
-    event.listen(Engine, "before_cursor_execute", record)
-    try:
+    with statements(lambda text: text.startswith("select") and f"from {table}" in text) as seen:
         yield seen
-    finally:
-        event.remove(Engine, "before_cursor_execute", record)
 
 
 @pytest.fixture
