@@ -104,3 +104,48 @@ def test_a_failed_transaction_gives_up_the_held_connection(db):
         assert second.closed  # back to the pool when the thread stops holding
     finally:
         store.close()
+
+
+def test_durable_submits_share_the_writers_connection(db, checkouts):
+    """Durable submits from several threads, one after another, reuse one connection (the submit queue's writer's)."""
+    ex = db.executor(2, durable_submit=True, run_jobs=False)
+    # The writer takes its connection (the first submit also writes the group: several writes,
+    # which take their own connection where the writer's is in autocommit).
+    ex.submit(jobs.add, 0, 1)
+    ex.submit(jobs.add, 0, 1)
+    checkouts.clear()
+
+    def submit_some() -> None:
+        for i in range(10):
+            ex.submit(jobs.add, i, 1)
+
+    threads = [threading.Thread(target=submit_some, name=f"submitter-{n}") for n in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    submit_some()
+    # Before: a checkout per submit, 40 here (the loop's own looks, if any, take theirs on its thread).
+    mine = sum(n for name, n in checkouts.items() if name != "dbexecutor-scheduler")
+    assert mine == 0, checkouts
+    assert db.counts() == {"ready": 42}
+    ex.shutdown(wait=False, cancel_futures=True)
+
+
+def test_a_hold_outlives_its_block_until_released(db):
+    store = db.store()
+    try:
+        hold = store.new_hold(autocommit=True)
+        with store.holding_connection(hold):
+            first = store._txn(_connection, one_write=True)
+        assert not first.closed  # kept for the next block that names it
+        with store.holding_connection(hold):
+            assert store._txn(_connection, one_write=True) is first
+            # Several writes take a connection of their own where the hold is in autocommit,
+            # and run on the hold where it is not (there it is a plain hold).
+            several = store._txn(_connection)
+            assert (several is first) is not store.driver.autocommits_one_write
+        store.release_hold(hold)
+        assert first.closed
+    finally:
+        store.close()

@@ -41,6 +41,10 @@ class Registry:
         self._poll_cursor = -1
         self._poll_all = False  # a notification asked for a full poll of our futures
         self._finished_elsewhere: set[int] = set()  # ... or for these jobs
+        # Writes in progress (write_and_track), and the final rows resolve() met meanwhile
+        # for jobs it does not track: one of them may be a row such a write is about to track.
+        self._writing = 0
+        self._early: dict[int, Final] = {}
 
     def new_future(self, flusher: Callable[[], None] | None = None) -> JobFuture[Any]:
         """A future for a job not written yet: ``flusher`` writes it when someone needs its id."""
@@ -76,14 +80,31 @@ class Registry:
     def write_and_track(
         self, write: Callable[[], Sequence[Submitted]], futures: Sequence[JobFuture[Any] | None] | None = None
     ) -> tuple[Sequence[Submitted], list[JobFuture[Any]]]:
-        """Run ``write`` (an insert) and track its rows, with no resolve in between.
+        """Run ``write`` (an insert) and track its rows; a row resolved in between is resolved once tracked.
 
-        The loop may claim and finish a job the moment its row is committed;
-        it resolves futures through this lock, so it finds this one tracked.
+        The loop may claim and finish a job the moment its row is committed,
+        before this thread tracks it: :meth:`resolve` keeps what it finds for
+        jobs it does not track while a write is in progress, and the rows
+        this write tracks take theirs from there.
         """
         with self._lock:
+            self._writing += 1
+        rows: Sequence[Submitted] = ()
+        try:
             rows = write()
-            return rows, self.adopt(rows, futures)
+            # The lock is not held across the write: the loop resolving other
+            # jobs meanwhile would wait for this insert's round trip and commit.
+            with self._lock:
+                futures_out = self.adopt(rows, futures)
+                early = [self._early.pop(row.job_id) for row in rows if row.job_id in self._early]
+        finally:
+            with self._lock:
+                self._writing -= 1
+                if not self._writing:
+                    self._early.clear()  # other processes' jobs, finished while these rows were written
+        for final in early:
+            self.resolve(final)
+        return rows, futures_out
 
     def mark_running(self, job_id: int) -> None:
         """The job was handed to a child: its future says running (``cancel()`` returns False)."""
@@ -102,6 +123,8 @@ class Registry:
         with self._lock:
             fut = self._futures.pop(final.job_id, None)
             self._outstanding.discard(final.job_id)
+            if fut is None and self._writing:
+                self._early[final.job_id] = final  # perhaps a row being written and not tracked yet
         if fut is None:
             return
         try:

@@ -393,6 +393,7 @@ class Scheduler:
             self._stop_listening.set()
             self._supervisor.stop()
             self._commit.give_back_claimed()
+            self._queue.close()
             self._wakeup.close()
             self._unregister()
             if self._doorbell is not None:

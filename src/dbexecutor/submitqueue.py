@@ -34,6 +34,7 @@ from .future import JobFuture
 from .registry import Registry
 from .records import Dep, Earlier, NewJob, Submitted, Unwritten
 from .store import Store
+from .store.database import Hold
 
 __all__ = ["SubmitQueue", "Item", "NotWritten", "resolve_deps", "short_error"]
 
@@ -81,6 +82,10 @@ class SubmitQueue:
         self._lock = threading.Lock()  # guards the list
         self._items: list[Item] = []
         self._writer = threading.RLock()  # one writer of queued rows at a time
+        # The writer's connection, kept from one flush to the next (a durable submit
+        # costs its INSERT and COMMIT, not a trip through the pool too), whichever
+        # thread holds the writer. In autocommit where the driver gains from it.
+        self._hold: Hold | None = store.new_hold(autocommit=True)
 
     def __len__(self) -> int:
         return len(self._items)
@@ -157,7 +162,7 @@ class SubmitQueue:
         Raises what the database raised if it cannot be reached (the jobs stay
         queued); a row the database refuses fails that job's future instead.
         """
-        with self._writer:
+        with self._writer, self._store.holding_connection(self._hold):
             items, jobs = self.resolve(self.take()[0])
             if not items:
                 return
@@ -200,6 +205,13 @@ class SubmitQueue:
                 fut._set_exception_quietly(error)
                 continue
             self._registry.settle(rows)
+
+    def close(self) -> None:
+        """Give the writer's connection back to the pool; later flushes (if any) take theirs from it."""
+        with self._writer:
+            hold, self._hold = self._hold, None
+            if hold is not None:
+                self._store.release_hold(hold)
 
     def drop(self, error: BaseException | None) -> None:
         """Never write the queued jobs: cancel their futures (``error``: fail them with it)."""

@@ -65,7 +65,7 @@ from .. import hosts
 from . import admin, claim, control, dag, finish, fleet, leases, migrations, reads, submit
 from .clock import Clock
 from .context import Context
-from .database import MAX_TRIES, Database, masked_url
+from .database import MAX_TRIES, Database, Hold, masked_url
 from .migrations import SchemaReport
 from .sql import DEFAULT_SCOPE, Scope, Statements
 
@@ -190,9 +190,20 @@ class Store:
     #: it: a hint for the scheduler, which hears of those and decides whether to trust it.
     drained: bool = False
 
-    def holding_connection(self) -> AbstractContextManager[None]:
-        """While inside, this thread's transactions reuse one pooled connection (see ``Database.holding``)."""
-        return self._db.holding()
+    def holding_connection(self, hold: Hold | None = None) -> AbstractContextManager[None]:
+        """While inside, this thread's transactions reuse one pooled connection (see ``Database.holding``).
+
+        ``hold`` (from :meth:`new_hold`): the connection is kept on leaving, for the next block that names it.
+        """
+        return self._db.holding(hold)
+
+    def new_hold(self, *, autocommit: bool = False) -> Hold:
+        """A connection to keep between transactions of several threads taken in turn (see :meth:`holding_connection`)."""
+        return Hold(autocommit)
+
+    def release_hold(self, hold: Hold) -> None:
+        """Give ``hold``'s connection back to the pool."""
+        self._db.release(hold)
 
     def _txn(
         self, work: Callable[[Connection], Any], *, read_only: bool = False, tries: int = MAX_TRIES, one_write: bool = False

@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError, InterfaceError, NoSuchModuleError, Operat
 from ..dialects import Driver
 from ..errors import ConfigurationError
 
-__all__ = ["Database", "masked_url"]
+__all__ = ["Database", "Hold", "masked_url"]
 
 log = logging.getLogger("dbexecutor.store")
 T = TypeVar("T")
@@ -37,12 +37,26 @@ MAX_TRIES = 8
 HOLD_FOR = 60.0
 
 
-class _Held(threading.local):
-    """A thread's held connection: whether the thread holds one, the connection, and since when (monotonic)."""
+class Hold:
+    """A connection kept between transactions (see :meth:`Database.holding`), and since when (monotonic).
 
-    on = False
-    conn: Connection | None = None
-    since = 0.0
+    ``autocommit``: where the driver says that pays (see ``Database.txn``),
+    its connection is in autocommit and serves one-write work only (other
+    work takes a connection from the pool, as without a hold); elsewhere it
+    is a plain hold. Used by one thread at a time: its owner serializes the
+    transactions that use it.
+    """
+
+    def __init__(self, autocommit: bool = False) -> None:
+        self.autocommit = autocommit
+        self.conn: Connection | None = None
+        self.since = 0.0
+
+
+class _Current(threading.local):
+    """The hold this thread's transactions use, if any."""
+
+    hold: Hold | None = None
 
 
 def masked_url(url: object) -> str:
@@ -64,7 +78,7 @@ class Database:
             hint = f"pip install 'dbexecutor[{driver.extra}]'" if driver.extra else "check the installation"
             raise ConfigurationError(f"the driver for {driver.label} is not installed ({error}); {hint}") from None
         driver.setup_engine(self.engine)
-        self._held = _Held()
+        self._current = _Current()
         self._check()
 
     def _check(self) -> None:
@@ -81,7 +95,7 @@ class Database:
         self.engine.dispose()
 
     @contextmanager
-    def holding(self) -> Iterator[None]:
+    def holding(self, hold: Hold | None = None) -> Iterator[None]:
         """While inside, this thread's transactions reuse one connection instead of taking one from the pool each time.
 
         For a thread that runs transactions back to back (the scheduler's
@@ -91,28 +105,50 @@ class Database:
         thread never holds two. A transaction that fails drops the
         connection, so that the next one starts on a fresh one; after
         :data:`HOLD_FOR` seconds the connection goes back to the pool anyway.
+
+        ``hold``: one that outlives the block, for transactions of several
+        threads taken in turn (the durable submits, under the submit
+        queue's writer); it keeps its connection on leaving, until
+        :meth:`release`. Without it, the connection goes back on leaving.
         """
-        held = self._held
-        held.on = True
+        current = self._current
+        before, current.hold = current.hold, hold if hold is not None else Hold()
         try:
             yield
         finally:
-            held.on = False
-            self._drop_held()
+            mine, current.hold = current.hold, before
+            if hold is None and mine is not None:
+                self.release(mine)
 
-    def _drop_held(self) -> None:
-        conn, self._held.conn = self._held.conn, None
+    def release(self, hold: Hold) -> None:
+        """Give the connection ``hold`` keeps back to the pool (the next transaction that uses it takes a new one)."""
+        conn, hold.conn = hold.conn, None
         if conn is not None:
             conn.close()
 
-    def _connection(self) -> Connection:
-        """The connection a held transaction runs on: this thread's, or a new one it keeps from now."""
-        held = self._held
-        if held.conn is not None and time.monotonic() - held.since > HOLD_FOR:
-            self._drop_held()
-        if held.conn is None:
-            held.conn, held.since = self.engine.connect(), time.monotonic()
-        return held.conn
+    def _connection(self, hold: Hold) -> Connection:
+        """The connection a held transaction runs on: ``hold``'s, or a new one it keeps from now."""
+        if hold.conn is not None and time.monotonic() - hold.since > HOLD_FOR:
+            self.release(hold)
+        if hold.conn is None:
+            conn = self.engine.connect()
+            if self._autocommits(hold):
+                conn.execution_options(isolation_level="AUTOCOMMIT")
+            hold.conn, hold.since = conn, time.monotonic()
+        return hold.conn
+
+    def _held(self, one_write: bool) -> Hold | None:
+        """The hold a transaction runs on (None: one from the pool)."""
+        hold = self._current.hold
+        if hold is None or (hold.conn is not None and hold.conn.in_transaction()):
+            return None  # work that opens a transaction inside another one takes its own
+        if self._autocommits(hold) and not one_write:
+            return None  # a transaction of several writes, on a connection of its own
+        return hold
+
+    def _autocommits(self, hold: Hold) -> bool:
+        """Whether ``hold``'s connection is in autocommit (where the driver gains from it; else a plain hold)."""
+        return hold.autocommit and self.driver.autocommits_one_write
 
     def txn(
         self, work: Callable[[Connection], T], *, read_only: bool = False, tries: int = MAX_TRIES, one_write: bool = False
@@ -125,14 +161,13 @@ class Database:
         each statement committed as it ends, without ``BEGIN`` and ``COMMIT``.
         """
         delay = 0.02
-        # Not within a transaction of the held connection (work that opens another one takes its own).
-        hold = self._held.on and not (self._held.conn and self._held.conn.in_transaction())
+        hold = self._held(one_write)
         for attempt in itertools.count(1):
             try:
-                if hold:
-                    # One-write work runs in a transaction here: switching the held
-                    # connection to autocommit and back would cost what it saves.
-                    return self._held_txn(work, read_only)
+                if hold is not None:
+                    # On a hold that is not autocommit, one-write work runs in a transaction:
+                    # switching the connection to autocommit and back would cost what it saves.
+                    return self._held_txn(hold, work, read_only)
                 with self.engine.connect() as conn:
                     if read_only:
                         conn.execution_options(dbexecutor_read_only=True)
@@ -149,10 +184,10 @@ class Database:
                 delay = min(delay * 2, 1.0)
         raise AssertionError("unreachable")
 
-    def _held_txn(self, work: Callable[[Connection], T], read_only: bool) -> T:
-        """One transaction on this thread's held connection; it is given up if anything fails."""
+    def _held_txn(self, hold: Hold, work: Callable[[Connection], T], read_only: bool) -> T:
+        """One transaction on ``hold``'s connection; it is given up if anything fails."""
         try:
-            conn = self._connection()
+            conn = self._connection(hold)
             if read_only:
                 conn.execution_options(dbexecutor_read_only=True)
             try:
@@ -162,7 +197,7 @@ class Database:
                 if read_only:
                     conn.execution_options(dbexecutor_read_only=False)
         except BaseException:
-            self._drop_held()  # a fresh connection for the next try, whatever went wrong
+            self.release(hold)  # a fresh connection for the next try, whatever went wrong
             raise
 
     def retry_later(self, error: DBAPIError) -> bool:
