@@ -173,6 +173,8 @@ class Scheduler:
             store, settings, self.owner, self.flags, self.pace, self.stats,
             self._wakeup, self._queue, self._registry, self._supervisor,
         )
+        if settings.run_jobs:
+            self._queue.lending = self._commit.lending  # a durable submit goes in leased when a slot is free
         self._upkeep = Upkeep(
             store, settings, self.registration, self.stats, self._supervisor, self._registry, self._commit,
         )
@@ -413,6 +415,7 @@ class Scheduler:
         claim in one transaction, hand out the work, keep the leases, follow other processes."""
         self._wait(backoff)
         self._supervise()
+        self._commit.hand_out_lent()  # a durable submit leased on insert starts now, not after a linger
         self._linger()
         self._upkeep.keep_time()
         self._upkeep.reclaim_expired()

@@ -25,14 +25,16 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
 from .flags import ExecutorFlags
 from .future import JobFuture
+from .lending import Lease, Lending
 from .registry import Registry
-from .records import Dep, Earlier, NewJob, Submitted, Unwritten
+from .records import Claimed, Dep, Earlier, NewJob, Submitted, Unwritten
 from .store import Store
 from .store.database import Hold
 
@@ -82,6 +84,8 @@ class SubmitQueue:
         self._lock = threading.Lock()  # guards the list
         self._items: list[Item] = []
         self._writer = threading.RLock()  # one writer of queued rows at a time
+        #: Slots the loop lends, so that a durable submit goes in leased (None: this executor runs no jobs).
+        self.lending: Lending | None = None
         # The writer's connection, kept from one flush to the next (a durable submit
         # costs its INSERT and COMMIT, not a trip through the pool too), whichever
         # thread holds the writer. In autocommit where the driver gains from it.
@@ -166,10 +170,18 @@ class SubmitQueue:
             items, jobs = self.resolve(self.take()[0])
             if not items:
                 return
+            lease = self.lending.lend() if self.lending is not None and len(jobs) == 1 else None
+            claimed: list[Claimed] = []
             try:
-                rows, _ = self._registry.write_and_track(
-                    lambda: self._store.insert_jobs(jobs, self._store.now()), [fut for _, fut in items]
-                )
+                try:
+                    if lease is not None:
+                        write = partial(self._insert_leasing, jobs[0], lease, claimed)
+                    else:
+                        write = partial(self._store.insert_jobs, jobs, self._store.now())
+                    rows, _ = self._registry.write_and_track(write, [fut for _, fut in items])
+                finally:
+                    if lease is not None:
+                        self._landed(claimed)  # after the future is tracked: the loop may finish the job at once
             except (DBAPIError, ValueError) as error:
                 if not self.refused(error):
                     self.requeue(items)
@@ -178,7 +190,21 @@ class SubmitQueue:
                 self.write_one_by_one(items)
             else:
                 self._registry.settle(rows)
-        self._wake(work=True)
+        # A job that went in leased needs no look for work: the loop only hands it to a child.
+        self._wake(work=not claimed)
+
+    def _insert_leasing(self, job: NewJob, lease: Lease, claimed: list[Claimed]) -> list[Submitted]:
+        """Insert ``job`` leased in a slot the loop lent, if a claim could pick nothing else; its claim goes in ``claimed``."""
+        row, got = self._store.insert_leasing(job, self._store.now(), lease.owner, lease.ttl, lease.scope)
+        claimed += got
+        return [row]
+
+    def _landed(self, claimed: list[Claimed]) -> None:
+        """The insert a slot was lent for has ended: give the loop its claim (or the slot back)."""
+        job = claimed[0] if claimed else None
+        if self.lending is not None and not self.lending.land(job) and job is not None:
+            # The loop stopped meanwhile: it will not run the job, so the lease goes back at once.
+            self._store.release(job.job_id, job.attempt)
 
     def refused(self, error: Exception) -> bool:
         """Whether the database refused these rows (so retrying them as they are cannot help)."""

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.exc import DBAPIError
 
 from .flags import ExecutorFlags
+from .lending import Lending
 from .pace import Pace
 from .records import Claimed, Finished, NewJob, Report, Submitted
 from .registry import Registry
@@ -76,6 +77,8 @@ class TickCommit:
         self._queue = queue
         self._registry = registry
         self._supervisor = supervisor
+        #: Free slots lent to submitting threads (a durable submit leased on insert).
+        self.lending = Lending(owner, settings.lease_ttl)
         # Kept across a database outage until written:
         self._reports: list[Report] = []  # outcomes from the children
         self._claimed: list[Claimed] = []  # claimed, not yet handed to a child
@@ -104,7 +107,7 @@ class TickCommit:
 
     def holds_work(self) -> bool:
         """Whether reports wait to be written or claimed jobs to be handed out (the loop may not end yet)."""
-        return bool(self._reports or self._claimed)
+        return bool(self._reports or self._claimed or self.lending.in_use())
 
     def claimed_leases(self) -> list[tuple[int, int]]:
         """The leases of the jobs claimed but not handed to a child yet: renewed with the others."""
@@ -120,18 +123,24 @@ class TickCommit:
         """Write queued submits and collected reports, and claim work for free slots: one transaction.
 
         The queue's writer is held only while queued submits are written (so
-        that ids follow submission order). A tick that writes none records
-        results and claims without it: a caller's ``flush()`` (a durable
-        submit, a keyed job) then writes beside it instead of waiting for it.
+        that ids follow submission order). A tick that finds none queued
+        records results and claims without it: a caller's ``flush()`` (a
+        durable submit, a keyed job) then writes beside it, and the tick does
+        not wait for that write either.
         """
-        with self._queue.writing():
-            # A bounded share per tick, so that a burst of thousands does
-            # not hold the claim back until all of them are written.
-            items, more = self._queue.take(_PENDING_PER_TICK)
-            if more:
-                self._wakeup.wake(work=True)  # the rest in the next tick, at once
-            items, rows = self._queue.resolve(items)
-            written = self._commit(items, rows, self._free_slots()) if items else None
+        self.hand_out_lent()
+        items: list[Item] = []
+        written = None
+        # Nothing queued: no wait for the writer, which a durable submit holds through its round trip and commit.
+        if len(self._queue):
+            with self._queue.writing():
+                # A bounded share per tick, so that a burst of thousands does
+                # not hold the claim back until all of them are written.
+                items, more = self._queue.take(_PENDING_PER_TICK)
+                if more:
+                    self._wakeup.wake(work=True)  # the rest in the next tick, at once
+                items, rows = self._queue.resolve(items)
+                written = self._commit(items, rows, self._free_slots()) if items else None
         if items:
             if written is not None:
                 self._resolve(*written)
@@ -297,6 +306,10 @@ class TickCommit:
         self._skip[report.fn_name] = time.monotonic() + _SKIP_FOR
 
     def _free_slots(self) -> int:
+        """Slots free for this tick's claim: free of this loop's jobs, and not lent to a submitting thread."""
+        return max(0, self._own_free_slots() - self.lending.in_use())
+
+    def _own_free_slots(self) -> int:
         if not self.s.run_jobs:
             return 0
         with self.flags.deciding():
@@ -307,14 +320,24 @@ class TickCommit:
     # -- after the commit: the rest to children -------------------------------------------------------
 
     def dispatch_claimed(self) -> None:
-        """Hand the claimed jobs to children, each with the upstream results it takes as arguments."""
-        if not self._claimed:
-            return
-        inputs = self._inputs(self._claimed)
-        for job in self._claimed:
-            self._registry.mark_running(job.job_id)
-        self._supervisor.dispatch([(job, inputs[job.job_id]) for job in self._claimed])
-        self._claimed, self._fresh = [], {}
+        """Hand the claimed jobs to children, each with the upstream results it takes as arguments; then say what may be lent."""
+        if self._claimed:
+            inputs = self._inputs(self._claimed)
+            for job in self._claimed:
+                self._registry.mark_running(job.job_id)
+            self._supervisor.dispatch([(job, inputs[job.job_id]) for job in self._claimed])
+            self._claimed, self._fresh = [], {}
+        self.lending.publish(self._own_free_slots(), self._scope())
+
+    def hand_out_lent(self) -> None:
+        """Hand out the jobs submitting threads' inserts leased in slots this loop lent (before this tick's transaction)."""
+        landed = self.lending.take()
+        if landed:
+            self.stats.started(len(landed))
+            for job in landed:
+                self._registry.mark_running(job.job_id)
+            # No upstream (only such a job goes in leased): nothing to read first.
+            self._supervisor.dispatch([(job, {}) for job in landed])
 
     def _inputs(self, claimed: Sequence[Claimed]) -> dict[int, dict[int, bytes]]:
         """The stored results each job takes, by job id (read once for all; passed on still signed)."""
@@ -336,6 +359,7 @@ class TickCommit:
 
     def give_back_claimed(self) -> None:
         """The loop ends with jobs claimed but never handed out: release them (else their leases expire)."""
+        self._claimed += self.lending.close()
         for job in self._claimed:
             try:
                 self.store.release(job.job_id, job.attempt)

@@ -298,6 +298,31 @@ class Store:
         submit.groups_done(self.ctx, groups)
         return out  # type: ignore[no-any-return]
 
+    def insert_leasing(self, job: NewJob, now: float, owner: str, ttl: float, scope: Scope) -> tuple[Submitted, list[Claimed]]:
+        """Insert one job, leased to ``owner`` if nothing else in ``scope`` could be claimed before it; the row and its claim.
+
+        For a submitting thread that holds a free slot of its executor (a
+        durable submit): the job starts without a claim of its own. A job
+        the claim could not take at once (an upstream, a key, a delay,
+        another queue), or one that something else runnable comes before,
+        goes in as :meth:`insert_jobs` writes it, and no claim is returned.
+        """
+        if not submit.claimable_on_arrival(job, now, scope):
+            return self.insert_jobs([job], now)[0], []
+        ctx = self.ctx
+
+        def work(conn: Connection) -> tuple[Submitted, dict[str, int | None]]:
+            groups = submit.ensure_groups(ctx, conn, [job])
+            row = submit.insert_leased(ctx, conn, job, owner, ttl, now, scope)
+            submit.notify_changes(ctx, conn, [job], [row], now, taken=[row.job_id] if row.state == schema.LEASED else ())
+            return row, groups
+
+        # One statement where the insert reads back what it wrote (RETURNING), as a durable submit's plain insert.
+        one = submit.one_write(ctx, [job]) and self.driver.insert_returning
+        row, groups = self._txn(work, one_write=one)
+        submit.groups_done(ctx, groups)
+        return row, submit.leased_on_insert([job], [row])
+
     # -- submit inside the caller's transaction -------------------------------------------------------
 
     def check_same_database(self, conn: Connection) -> None:
@@ -452,13 +477,7 @@ class Store:
             and bool(new)
             and not reports
             and len({job.group for job in new}) == 1
-            and all(
-                job.leasable
-                and (job.run_after is None or job.run_after <= now)
-                and scope.serves(job.queue)
-                and job.fn_name not in scope.skip
-                for job in new
-            )
+            and all(submit.claimable_on_arrival(job, now, scope) for job in new)
         )
         ctx = self.ctx
 

@@ -38,6 +38,7 @@ __all__ = [
     "nothing_runnable",
     "one_write",
     "leased_on_insert",
+    "claimable_on_arrival",
     "runnable_on_arrival",
     "notify_changes",
     "arrival_notice",
@@ -395,6 +396,16 @@ def nothing_runnable(ctx: Context, conn: Connection, group: str, now: float, sco
     """Whether new runnable jobs of ``group`` would be the claim's only choice (nothing else runnable in the scope, no limit)."""
     params = {"p_group": group, "p_now": now, **scope.params()}
     return bool(conn.execute(ctx.sql.free_for(scope.key), params).scalar())
+
+
+def claimable_on_arrival(job: NewJob, now: float, scope: Scope) -> bool:
+    """Whether a claim in ``scope`` could lease ``job``'s row the moment it is inserted (so the insert may lease it)."""
+    return (
+        job.leasable
+        and (job.run_after is None or job.run_after <= now)
+        and scope.serves(job.queue)
+        and job.fn_name not in scope.skip
+    )
 
 
 def insert_leased(ctx: Context, conn: Connection, job: NewJob, owner: str, ttl: float, now: float, scope: Scope) -> Submitted:
