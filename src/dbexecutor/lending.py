@@ -16,6 +16,11 @@ loop's own claims leave it free. The loop publishes after each tick what
 it may lend; between two ticks that estimate only shrinks, so a slot is
 never lent twice. Once the loop has stopped it lends nothing, and a claim
 that lands after that is the submitting thread's to give back.
+
+Only where writers take turns (``Driver.leases_durable_submits``: SQLite),
+where the claim saved is a write lock the submit would have waited for; on a
+server the loop's claim runs beside the submit, and leasing in the insert
+would only make the submit longer.
 """
 
 from __future__ import annotations

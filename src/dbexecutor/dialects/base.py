@@ -94,6 +94,12 @@ class Driver:
     #: and back costs nothing (psycopg sets an attribute; PyMySQL would send ``SET AUTOCOMMIT``
     #: both ways, and SQLite's statements cost no round trip).
     autocommits_one_write: ClassVar[bool] = False
+    #: A durable submit to an executor with a free slot inserts its row leased (``dbexecutor.lending``),
+    #: so the loop needs no claim transaction for it. It pays where writers take turns (SQLite):
+    #: there the submit waited for that claim's write lock (+29% durable submits here). On a
+    #: server the claim runs beside the submit, on another connection and core, and leasing in the
+    #: insert only made each submit longer (-19% PostgreSQL, -27% MariaDB).
+    leases_durable_submits: ClassVar[bool] = False
 
     def __init__(self, url: URL) -> None:
         self.url = url

@@ -42,6 +42,7 @@ class SQLiteDriver(Driver):
     label = "SQLite"
     explain_prefix = "EXPLAIN QUERY PLAN "
     single_writer = True
+    leases_durable_submits = True
     reserves_ids = True
     lock_wait = 30.0  # seconds a statement waits for another connection's lock before "database is locked"
 
