@@ -104,14 +104,23 @@ def test_a_durable_submit_is_written_by_its_own_thread(db):
     """
     ex = db.executor(2, durable_submit=True)
     writers: list[str] = []
-    real = scheduler_of(ex).store.insert_jobs
+    store = scheduler_of(ex).store
+    real, real_leasing = store.insert_jobs, store.insert_leasing
 
     def insert_jobs(jobs_, now):
         rows = real(jobs_, now)
         writers.extend([threading.current_thread().name] * len(rows))
         return rows
 
-    scheduler_of(ex).store.insert_jobs = insert_jobs  # the loop writes through finish_and_claim: not seen here
+    def insert_leasing(job, *args):  # SQLite: a submit to an executor with a free slot goes in leased
+        seen = len(writers)
+        out = real_leasing(job, *args)
+        if len(writers) == seen:  # not written through insert_jobs (seen there)
+            writers.append(threading.current_thread().name)
+        return out
+
+    # The loop writes through finish_and_claim: not seen here.
+    store.insert_jobs, store.insert_leasing = insert_jobs, insert_leasing
     futs = [ex.submit(jobs.identity, i) for i in range(60)]
     assert [f.result(timeout=T) for f in futs] == list(range(60))
     assert writers == ["MainThread"] * 60
