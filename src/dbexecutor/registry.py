@@ -89,7 +89,6 @@ class Registry:
         """
         with self._lock:
             self._writing += 1
-        rows: Sequence[Submitted] = ()
         try:
             rows = write()
             # The lock is not held across the write: the loop resolving other

@@ -173,7 +173,7 @@ class Scheduler:
             store, settings, self.owner, self.flags, self.pace, self.stats,
             self._wakeup, self._queue, self._registry, self._supervisor,
         )
-        if settings.run_jobs and store.driver.leases_durable_submits:
+        if settings.run_jobs:
             self._queue.lending = self._commit.lending  # a durable submit goes in leased when a slot is free
         self._upkeep = Upkeep(
             store, settings, self.registration, self.stats, self._supervisor, self._registry, self._commit,

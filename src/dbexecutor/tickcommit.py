@@ -77,8 +77,9 @@ class TickCommit:
         self._queue = queue
         self._registry = registry
         self._supervisor = supervisor
-        #: Free slots lent to submitting threads (a durable submit leased on insert).
-        self.lending = Lending(owner, settings.lease_ttl)
+        #: Free slots lent to submitting threads (a durable submit leased on insert), where the
+        #: driver says that pays (None elsewhere: no accounting on every tick for nothing).
+        self.lending = Lending(owner, settings.lease_ttl) if store.driver.leases_durable_submits else None
         # Kept across a database outage until written:
         self._reports: list[Report] = []  # outcomes from the children
         self._claimed: list[Claimed] = []  # claimed, not yet handed to a child
@@ -107,7 +108,7 @@ class TickCommit:
 
     def holds_work(self) -> bool:
         """Whether reports wait to be written or claimed jobs to be handed out (the loop may not end yet)."""
-        return bool(self._reports or self._claimed or self.lending.in_use())
+        return bool(self._reports or self._claimed or self._lent())
 
     def claimed_leases(self) -> list[tuple[int, int]]:
         """The leases of the jobs claimed but not handed to a child yet: renewed with the others."""
@@ -307,7 +308,11 @@ class TickCommit:
 
     def _free_slots(self) -> int:
         """Slots free for this tick's claim: free of this loop's jobs, and not lent to a submitting thread."""
-        return max(0, self._own_free_slots() - self.lending.in_use())
+        return max(0, self._own_free_slots() - self._lent())
+
+    def _lent(self) -> int:
+        """Slots lent to submitting threads and not handed out yet."""
+        return self.lending.in_use() if self.lending is not None else 0
 
     def _own_free_slots(self) -> int:
         if not self.s.run_jobs:
@@ -327,11 +332,12 @@ class TickCommit:
                 self._registry.mark_running(job.job_id)
             self._supervisor.dispatch([(job, inputs[job.job_id]) for job in self._claimed])
             self._claimed, self._fresh = [], {}
-        self.lending.publish(self._own_free_slots(), self._scope())
+        if self.lending is not None:
+            self.lending.publish(self._own_free_slots(), self._scope())
 
     def hand_out_lent(self) -> None:
         """Hand out the jobs submitting threads' inserts leased in slots this loop lent (before this tick's transaction)."""
-        landed = self.lending.take()
+        landed = self.lending.take() if self.lending is not None else []
         if landed:
             self.stats.started(len(landed))
             for job in landed:
@@ -359,7 +365,8 @@ class TickCommit:
 
     def give_back_claimed(self) -> None:
         """The loop ends with jobs claimed but never handed out: release them (else their leases expire)."""
-        self._claimed += self.lending.close()
+        if self.lending is not None:
+            self._claimed += self.lending.close()
         for job in self._claimed:
             try:
                 self.store.release(job.job_id, job.attempt)
