@@ -198,7 +198,9 @@ class Finished:
     finals: list[Final] = field(default_factory=list)
     retried: list[int] = field(default_factory=list)
     lost: list[int] = field(default_factory=list)
-    released: int = 0  # dependents that became ready
+    # Dependents that became ready (where UPDATE returns no rows, every
+    # dependent counted down: more, never fewer, so a claim is not skipped).
+    released: int = 0
     refused: list[int] = field(default_factory=list)  # put back: the child could not load them
     finalized: list[int] = field(default_factory=list)  # done by their children's own commits (job transactions)
 

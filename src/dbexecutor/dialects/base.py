@@ -211,6 +211,10 @@ class Driver:
         stmt = select(deps.c.job_id, deps.c.depends_on_id, jobs.c.batch).join(jobs, jobs.c.id == deps.c.job_id)
         return stmt.where(self.in_ids(deps.c.depends_on_id, name))
 
+    def dependents_of(self, deps: Table, name: str) -> Select[Any]:
+        """The ``job_id`` of every edge out of the jobs bound to ``name`` (a job once per edge)."""
+        return select(deps.c.job_id).where(self.in_ids(deps.c.depends_on_id, name))
+
     def explain(self, conn: Connection, stmt: Any, params: dict[str, Any]) -> list[str]:
         """The query plan of ``stmt`` with ``params``, one text line per plan row."""
 

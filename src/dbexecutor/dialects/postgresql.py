@@ -179,6 +179,12 @@ class PostgreSQLDriver(Driver):
         )
         return select(edges.c.job_id, edges.c.depends_on_id, edges.c.batch).select_from(u).join(edges, true())
 
+    def dependents_of(self, deps: Table, name: str) -> Select[Any]:
+        # One index lookup per upstream id, as in edges_out.
+        u = func.unnest(bindparam(name, type_=ARRAY(BigInteger))).table_valued("id").render_derived(name="u")
+        edges = select(deps.c.job_id).where(deps.c.depends_on_id == u.c.id).offset(literal_column("0")).lateral("e")
+        return select(edges.c.job_id).select_from(u).join(edges, true())
+
     # -- running statements -----------------------------------------------------------------------
     # Set-based writes: one statement whose parameters are arrays, unnested on
     # the server. Pipelined or not, one statement per row costs the server
