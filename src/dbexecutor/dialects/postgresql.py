@@ -16,6 +16,7 @@ from sqlalchemy import (
     Insert,
     Select,
     Table,
+    Update,
     any_,
     bindparam,
     event,
@@ -25,12 +26,13 @@ from sqlalchemy import (
     select,
     text,
     true,
+    update,
 )
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .. import schema
-from .base import Driver
+from .base import Driver, _counted_down
 
 if TYPE_CHECKING:
     from ..store.sql import Statements
@@ -179,11 +181,20 @@ class PostgreSQLDriver(Driver):
         )
         return select(edges.c.job_id, edges.c.depends_on_id, edges.c.batch).select_from(u).join(edges, true())
 
-    def dependents_of(self, deps: Table, name: str) -> Select[Any]:
-        # One index lookup per upstream id, as in edges_out.
+    def count_down_returning(self, jobs: Table, deps: Table, name: str) -> Update:
+        # The dependents by one index lookup per upstream id (as in
+        # edges_out), each found through the primary key (id = ANY(ARRAY(...)))
+        # and counted by a lookup on the edges' primary key. The state is
+        # compared with IS NOT DISTINCT FROM (never NULL): the state index
+        # cannot serve it, and without statistics the planner believed few
+        # rows waiting and read them all through it, each finish. A join with
+        # the grouped edges was planned as badly as edges_out once was.
         u = func.unnest(bindparam(name, type_=ARRAY(BigInteger))).table_valued("id").render_derived(name="u")
         edges = select(deps.c.job_id).where(deps.c.depends_on_id == u.c.id).offset(literal_column("0")).lateral("e")
-        return select(edges.c.job_id).select_from(u).join(edges, true())
+        dependents = select(edges.c.job_id).select_from(u).join(edges, true())
+        k = select(func.count()).where(deps.c.job_id == jobs.c.id, self.in_ids(deps.c.depends_on_id, name)).scalar_subquery()
+        waiting = jobs.c.state.is_not_distinct_from(literal_column(f"'{schema.WAITING}'"))
+        return _counted_down(update(jobs).where(self.id_in(jobs.c.id, dependents), waiting), jobs, k)
 
     # -- running statements -----------------------------------------------------------------------
     # Set-based writes: one statement whose parameters are arrays, unnested on

@@ -10,7 +10,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Integer, Select, Update, and_, case, func, literal_column, select, update
+from sqlalchemy import Integer, Select, Update, case, select, update
 
 from ... import schema
 from .base import StatementsBase, _p
@@ -46,27 +46,9 @@ class DagStatements(StatementsBase):
         The edges' read and :attr:`count_down` (with the batches') in one
         statement, where ``UPDATE ... RETURNING`` tells which rows it changed:
         a chain's link is one round trip fewer. A plain job reaching zero
-        becomes ready; a batch stays waiting (a full one is rolled up). SET
-        reads the old values on the databases that return rows (PostgreSQL,
-        SQLite), so ``state`` sees ``open_deps`` before its count-down.
+        becomes ready; a batch stays waiting (a full one is rolled up).
         """
-        j, d = self.tables.jobs, self.tables.deps
-        # Per dependent, the number of its edges from p_ids: a lookup on the edges' primary key.
-        k = select(func.count()).where(d.c.job_id == j.c.id, self._ids(d.c.depends_on_id)).scalar_subquery()
-        dependents = self.driver.dependents_of(d, "p_ids")
-        return (
-            update(j)
-            # "IS NOT DISTINCT FROM" (state is never NULL): PostgreSQL cannot
-            # look it up in the state index, where without statistics it
-            # believed few rows waiting and read them all, each finish; the
-            # rows are found through the primary key.
-            .where(self.driver.id_in(j.c.id, dependents), j.c.state.is_not_distinct_from(literal_column(f"'{schema.WAITING}'")))
-            .values(
-                state=case((and_(j.c.batch == 0, j.c.open_deps <= k), schema.READY), else_=j.c.state),
-                open_deps=j.c.open_deps - k,
-            )
-            .returning(j.c.id, j.c.batch, j.c.open_deps)
-        )
+        return self.driver.count_down_returning(self.tables.jobs, self.tables.deps, "p_ids")
 
     @cached_property
     def count_down_batches(self) -> Update:
