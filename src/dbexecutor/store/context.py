@@ -52,6 +52,10 @@ class Context:
     backlog: bool = False
     #: (scope, group): the last claim of that scope that found work found it in that one group, with no limit (a hint only).
     lone_group: tuple[Scope, str] | None = None
+    #: The last jobs this store finished had dependents (a chain, a DAG): count down by the statement that
+    #: reads the edges, rather than read them first (a hint only: either way is right; each is the cheaper one
+    #: for its case).
+    dependents_likely: bool = False
     #: Notifications of the transaction running in this thread, where the database has no NOTIFY:
     #: the store hands them to :attr:`after_commit` once the transaction has committed.
     _unsent: threading.local = field(default_factory=threading.local)

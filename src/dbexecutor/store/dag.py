@@ -61,32 +61,29 @@ def release_dependents(ctx: Context, conn: Connection, done_ids: Sequence[int], 
 
     A job reaching zero becomes ready; a batch reaching zero is rolled up to
     done at once, and its own dependents are counted down in turn. Returns
-    how many jobs became ready (without ``UPDATE ... RETURNING``: how many
-    were counted down) and the batches that finished. Where the database
-    returns updated rows, the edges are read by the count-down itself (one
-    statement a link of a chain); elsewhere they are read first.
+    how many jobs became ready (when the edges were read first: how many
+    were counted down) and the batches that finished.
+
+    Where the database returns updated rows and the last finished jobs had
+    dependents (:attr:`Context.dependents_likely`), the count-down reads the
+    edges itself: a chain's link is one statement fewer. Otherwise the
+    edges are read first: for jobs that have no dependents (most), that
+    read alone is cheaper than the count-down that finds nothing (0.29
+    against 0.39 ms on PostgreSQL here, 0.02 against 0.13 on SQLite).
     """
+    if ctx.driver.update_returning and ctx.dependents_likely:
+        ready, rolled_up, ctx.dependents_likely = _release_returning(ctx, conn, done_ids, now)
+        return ready, rolled_up
     released = 0
     finals: list[Final] = []
-    while done_ids and ctx.driver.update_returning:
-        # The edges read and counted down in one statement: which dependents
-        # changed, and how far, comes back from the UPDATE itself.
-        if len(done_ids) >= MANY_IDS:
-            ctx.driver.plan_for_many(conn)
-        emptied: set[int] = set()  # batches with every child done
-        for part in chunks(sorted(done_ids)):
-            for dep, is_batch, open_deps in conn.execute(ctx.sql.count_down_returning, {"p_ids": list(part)}):
-                if is_batch and open_deps <= 0:
-                    emptied.add(int(dep))
-                elif not is_batch and open_deps <= 0:
-                    released += 1
-        rolled = roll_up(ctx, conn, sorted(emptied), now) if emptied else []
-        finals += rolled
-        done_ids = [f.job_id for f in rolled if f.state == schema.DONE]
+    first = True
     while done_ids:
         finished_upstreams: dict[int, int] = {}
         batches: set[int] = set()
-        for dep, _, is_batch in dependents(ctx, conn, done_ids):
+        pairs = dependents(ctx, conn, done_ids)
+        if first:
+            ctx.dependents_likely, first = bool(pairs), False
+        for dep, _, is_batch in pairs:
             finished_upstreams[dep] = finished_upstreams.get(dep, 0) + 1
             if is_batch:
                 batches.add(dep)
@@ -106,6 +103,33 @@ def release_dependents(ctx: Context, conn: Connection, done_ids: Sequence[int], 
             finals += rolled
             done_ids = [f.job_id for f in rolled if f.state == schema.DONE]
     return released, finals
+
+
+def _release_returning(ctx: Context, conn: Connection, done_ids: Sequence[int], now: float) -> tuple[int, list[Final], bool]:
+    """:func:`release_dependents` where the count-down reads the edges itself and returns the rows it changed.
+
+    The third value: whether any waiting dependent was counted down.
+    """
+    released = 0
+    finals: list[Final] = []
+    found = False
+    while done_ids:
+        if len(done_ids) >= MANY_IDS:
+            ctx.driver.plan_for_many(conn)
+        emptied: set[int] = set()  # batches with every child done
+        for part in chunks(sorted(done_ids)):
+            for dep, is_batch, open_deps in conn.execute(ctx.sql.count_down_returning, {"p_ids": list(part)}):
+                found = True
+                if open_deps > 0:
+                    continue
+                if is_batch:
+                    emptied.add(int(dep))
+                else:
+                    released += 1
+        rolled = roll_up(ctx, conn, sorted(emptied), now) if emptied else []
+        finals += rolled
+        done_ids = [f.job_id for f in rolled if f.state == schema.DONE]
+    return released, finals, found
 
 
 def roll_up(ctx: Context, conn: Connection, batch_ids: Sequence[int], now: float) -> list[Final]:
