@@ -52,15 +52,19 @@ def test_a_tick_of_finishes_writes_each_row_and_skips_a_lost_lease(store):
     assert attempts == {(i, "ok") for i in won} | {(lost.job_id, "lease lost (ok)"), (failed.job_id, "exception")}
 
 
-def test_one_finish_alone(store):
+@pytest.mark.parametrize("likely", [False, True], ids=["read-first", "count-down-reads"])
+def test_one_finish_alone(store, likely):
     # A tick with a single report binds one set rather than a list of them.
     now = time.time()
     (row,) = store.insert_jobs([NewJob("tests.f", b"call", ())], now)
     (c,) = store.claim("owner-1", 1, 30.0, now)
+    store.ctx.dependents_likely = likely
     _, done, _ = store.finish_and_claim(
         [Report(c.job_id, c.attempt, True, b"alone", "ok", ended_at=now)], "owner-1", 0, 30.0, now
     )
     assert [(f.job_id, f.state, f.result) for f in done.finals] == [(row.job_id, schema.DONE, b"alone")]
+    # No dependents: the next finish reads the edges first (the cheaper way when there are none).
+    assert not store.ctx.dependents_likely
 
 
 def _rows_by_id(store, ids):
