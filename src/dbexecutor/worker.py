@@ -31,7 +31,6 @@ import logging
 import os
 import signal
 import sys
-import threading
 import time
 from multiprocessing.context import BaseContext
 from types import FrameType
@@ -150,14 +149,14 @@ def run_worker(args: argparse.Namespace) -> int:
         sys.path.insert(0, os.path.abspath(path))
     context = default_context()
     warm_up(context)  # the fork server starts while the store connects
-    stop = threading.Event()
-    hard = threading.Event()
+    # Plain flags, not threading.Event: the handler runs in the main thread
+    # between two bytecodes, possibly inside Event.wait() holding the
+    # Event's lock, and Event.set() would then wait for that lock forever
+    # (a worker ignored SIGTERM so, once in a CI run).
+    signals: list[int] = []  # the signals received, in order
 
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        if stop.is_set():
-            hard.set()  # a second signal: do not wait for the grace period
-        stop.set()
-        log.info("received %s", signal.Signals(signum).name)
+        signals.append(signum)  # a second one: do not wait for the grace period
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
@@ -185,15 +184,19 @@ def run_worker(args: argparse.Namespace) -> int:
             ", payloads must be signed" if store.signer.enabled else "",
             f", listening at {masked_url(store.listen_url)}" if store.listen_url is not None else "",
         )
-        while not stop.wait(0.2):
+        while not signals:
+            time.sleep(0.05)  # a signal's handler runs at once; the sleep then ends as it would have
             if not sched.is_alive():
                 log.error("the scheduler stopped: %s", sched.broken or "see the log above")
                 return 1
+        log.info("received %s", signal.Signals(signals[0]).name)
         log.info("stopping: no new jobs; running jobs get %g s to finish", args.grace)
         sched.request_shutdown()
         deadline = time.monotonic() + args.grace
-        while sched.is_alive() and time.monotonic() < deadline and not hard.is_set():
+        while sched.is_alive() and time.monotonic() < deadline and len(signals) < 2:
             sched.join(min(0.1, max(0.0, deadline - time.monotonic())))
+        if len(signals) > 1:
+            log.info("received %s again: not waiting for the grace period", signal.Signals(signals[1]).name)
         if sched.is_alive():
             log.warning("grace period over: killing running jobs and putting them back to ready")
             sched.stop_now()
