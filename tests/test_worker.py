@@ -118,6 +118,37 @@ def test_sigterm_waits_for_running_jobs_within_grace(db, tmp_path):
     assert [x.outcome for x in db.attempts(fut.job_id)] == ["ok"]
 
 
+def test_a_second_sigterm_cuts_the_grace_period_short(db, tmp_path):
+    """SIGTERM twice: the worker stops at once, its running job put back, without waiting out a 60 s grace.
+
+    Both signals are seen by the worker's main loop (the handler only records
+    them: see worker.run_worker), and both show in the log.
+    """
+    log = str(tmp_path / "w.log")
+    w = start_worker(db, log, "--max-workers", "1", "--grace", "60")
+    try:
+        wait_for_log(log, "serving", w)
+        ex = db.executor(1, run_jobs=False)
+        fut = ex.submit(jobs.sleep, 60, "never")
+        end = time.monotonic() + T
+        while db.row(fut.job_id).state != "running":
+            assert time.monotonic() < end and w.poll() is None, read(log)
+            time.sleep(0.05)
+        started = time.monotonic()
+        w.terminate()
+        wait_for_log(log, "running jobs get 60 s", w)
+        w.terminate()
+        assert w.wait(30) == 0, read(log)
+        assert time.monotonic() - started < 30
+    finally:
+        if w.poll() is None:
+            w.kill()
+    text = read(log)
+    assert "received SIGTERM again" in text and "grace period over" in text, text
+    row = db.row(fut.job_id)
+    assert (row.state, row.lease_owner) == ("ready", None)
+
+
 def test_a_lost_lease_is_not_released(db, tmp_path):
     """release_running is guarded by the attempt token: a job reclaimed meanwhile stays as it is."""
     store = db.store()
