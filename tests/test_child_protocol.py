@@ -30,7 +30,7 @@ SECRET = "correct horse battery staple"
 # load pickles. Not the records (the read models' dataclasses cost 20 ms to build).
 CHILD_MODULES = {
     "dbexecutor", "dbexecutor.child", "dbexecutor.errors", "dbexecutor.messages", "dbexecutor.serialization",
-    "dbexecutor.progress", "dbexecutor.transactions",
+    "dbexecutor.progress", "dbexecutor.transactions", "dbexecutor.byvalue",
 }
 
 

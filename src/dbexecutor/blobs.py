@@ -21,6 +21,10 @@ def short(text: Any, width: int) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
+# What a pickle made by value (serialization.ByValue, byvalue.FunctionByValue) loads itself with.
+_BY_VALUE_LOADERS = ("dbexecutor.serialization.ByValue", "dbexecutor.byvalue.load_function")
+
+
 def pickle_summary(blob: bytes | None, max_items: int = 12) -> dict[str, Any]:
     """What a stored pickle refers to and holds, read with ``pickletools`` (nothing is executed).
 
@@ -34,12 +38,16 @@ def pickle_summary(blob: bytes | None, max_items: int = 12) -> dict[str, Any]:
     names: list[str] = []
     values: list[Any] = []
     strings: list[str] = []
+    in_by_value = False  # between a by-value loader and its pickle: the Python version and the pickle are not arguments
     try:
         for op, arg, _pos in pickletools.genops(data):
             if op.name == "GLOBAL" or op.name == "INST":
                 names.append(str(arg).replace(" ", "."))
             elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
                 names.append(f"{strings[-2]}.{strings[-1]}")
+                in_by_value = names[-1] in _BY_VALUE_LOADERS
+            elif in_by_value and isinstance(arg, (int, bytes)):
+                in_by_value = not isinstance(arg, bytes)
             elif isinstance(arg, str) and "UNICODE" in op.name:
                 strings.append(arg)
                 values.append(arg)

@@ -31,6 +31,7 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, Callable
 
+from . import byvalue
 from .errors import CannotRunHere, DependencyFailed, PayloadRejected, RemoteError
 
 PROTOCOL = pickle.HIGHEST_PROTOCOL
@@ -247,6 +248,12 @@ def _by_value(obj: Any) -> bytes:
     return pickle.dumps(ByValue(sys.version_info[:2], cloudpickle.dumps(obj, protocol=PROTOCOL)), protocol=PROTOCOL)
 
 
+def _refers_to_main(data: bytes) -> bool:
+    """Whether a pickle names something of the program's ``__main__``."""
+    # Every marker holds one of these two names: most pickles are cleared by two searches.
+    return (b"__main__" in data or b"__mp_main__" in data) and any(marker in data for marker in _MAIN_REFERENCES)
+
+
 def dumps(obj: Any) -> bytes:
     """Pickle with the highest protocol; by value (see :class:`ByValue`) what refers to the program's ``__main__``."""
     try:
@@ -255,10 +262,7 @@ def dumps(obj: Any) -> bytes:
         if "__main__" not in str(error):
             raise
         return _by_value(obj)  # a lambda or a nested function of the program: only by value
-    # Every marker holds one of these two names: most pickles are cleared by two searches.
-    if (b"__main__" in data or b"__mp_main__" in data) and any(marker in data for marker in _MAIN_REFERENCES):
-        return _by_value(obj)
-    return data
+    return _by_value(obj) if _refers_to_main(data) else data
 
 
 def loads(data: bytes) -> Any:
@@ -275,7 +279,24 @@ def loads(data: bytes) -> Any:
 def dump_payload(
     fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], signer: Signer = UNSIGNED
 ) -> bytes:
-    """Pickle (and sign) what a child needs to run the job (futures already replaced by ``JobRef``)."""
+    """Pickle (and sign) what a child needs to run the job (futures already replaced by ``JobRef``).
+
+    A function of the program's ``__main__`` goes in as its by-value pickle,
+    made once and reused while what it captured holds (:mod:`~dbexecutor.byvalue`);
+    only arguments that refer to ``__main__`` themselves make the whole call
+    go by value.
+    """
+    fn_by_value = byvalue.embedded(fn)
+    if fn_by_value is not None:
+        try:
+            data = pickle.dumps((fn_by_value, args, kwargs), protocol=PROTOCOL)
+        except (pickle.PicklingError, AttributeError, TypeError) as error:
+            if "__main__" not in str(error):
+                raise
+        else:
+            # The function's own pickle names __main__ (its module): the arguments may not add to it.
+            if byvalue.mentions(data) == fn_by_value.mentions:
+                return signer.sign(data, PAYLOAD_CONTEXT)
     return signer.sign(dumps((fn, args, kwargs)), PAYLOAD_CONTEXT)
 
 
