@@ -11,7 +11,8 @@ these and the ones in ``perjob.py`` and ``scaleout.py``.
 
 What each scenario compares
 ---------------------------
-throughput   N trivial jobs submitted one by one, then every result awaited.
+throughput   N trivial jobs submitted one by one, then every result awaited; under ``python -m benchmarks``
+             a second row does the same with a function of the program's ``__main__`` (by value for us).
 map          ``map(noop, range(N), chunksize=1 | 64)``.
 efficiency   N jobs of ``time.sleep(0.01)``: wall time against N*0.01/workers and against PPE.
 dag          chain: job i takes job i-1's future as its argument (PPE: submit, ``.result()``, submit the next);
@@ -36,6 +37,7 @@ import multiprocessing
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 import uuid
@@ -287,8 +289,8 @@ def _rates(ctx: Context, execs: dict[str, Executor], n: int, work: Callable[[Exe
                       min_measured=_MIN_MEASURED, max_rounds=_MAX_RUNS)
 
 
-def _submit_all(ex: Executor, n: int) -> None:
-    futures = [ex.submit(jobs.noop, i) for i in range(n)]
+def _submit_all(ex: Executor, n: int, fn: Callable[[int], int] = jobs.noop) -> None:
+    futures = [ex.submit(fn, i) for i in range(n)]
     for f in futures:
         f.result()
 
@@ -309,11 +311,27 @@ def _rate_row(
                raw={"jobs": n, "runs": len(times[OURS]), "interleaved": True, "seconds": times})
 
 
+def script_function() -> Callable[[int], int] | None:
+    """The no-op job function of the program's ``__main__`` (``python -m benchmarks``), or None when run otherwise.
+
+    A user's script defines its job functions there: dbexecutor pickles
+    them by value, the baselines by reference (their children are forks of,
+    or re-import, the same script).
+    """
+    fn = getattr(sys.modules.get("__main__"), "script_noop", None)
+    return fn if callable(fn) and getattr(fn, "__module__", None) == "__main__" else None
+
+
 def throughput(ctx: Context, kind: str) -> list[Row]:
     n = ctx.sizes.jobs
+    script_fn = script_function()
     with executors(ctx, kind) as execs:
         times = _rates(ctx, execs, n, lambda ex: _submit_all(ex, n))
-    return [_rate_row("throughput", kind, f"{n:,} submits", n, times, THROUGHPUT_SHARE[kind])]
+        rows = [_rate_row("throughput", kind, f"{n:,} submits", n, times, THROUGHPUT_SHARE[kind])]
+        if script_fn is not None:
+            times = _rates(ctx, execs, n, lambda ex: _submit_all(ex, n, script_fn))
+            rows.append(_rate_row("throughput", kind, f"{n:,} submits, a function of __main__", n, times, THROUGHPUT_SHARE[kind]))
+    return rows
 
 
 def map_scenario(ctx: Context, kind: str) -> list[Row]:
