@@ -160,38 +160,35 @@ class PostgreSQLDriver(Driver):
         # it came; it costs a round trip, paid only for such batches.
         conn.exec_driver_sql("SET LOCAL jit = off")
 
-    def edges_out(self, deps: Table, jobs: Table, name: str) -> Select[Any]:
-        # One index lookup per upstream id, whatever the planner believes:
-        # without statistics (before the first ANALYZE, or with autovacuum
-        # off) it takes "depends_on_id = ANY(ids)" to match a large share of
-        # the edge table for a few hundred ids and hash-joins sequential scans
-        # of both tables, so every finish got slower as the tables grew.
-        # OFFSET 0 keeps the LATERAL subquery from being flattened into
-        # that join again.
+    def _edges_by_upstream(self, deps: Table, name: str, *columns: Any) -> Select[Any]:
+        """``columns`` of the edges out of the ids bound as ``name``: one index lookup per upstream id.
+
+        Whatever the planner believes: without statistics (before the first
+        ANALYZE, or with autovacuum off) it takes "depends_on_id = ANY(ids)"
+        to match a large share of the edge table for a few hundred ids and
+        hash-joins sequential scans of both tables, so every finish got
+        slower as the tables grew. OFFSET 0 keeps the LATERAL subquery from
+        being flattened into that join again.
+        """
         u = func.unnest(bindparam(name, type_=ARRAY(BigInteger))).table_valued("id").render_derived(name="u")
+        edges = select(*columns).where(deps.c.depends_on_id == u.c.id).offset(literal_column("0")).lateral("e")
+        return select(*edges.c).select_from(u).join(edges, true())
+
+    def edges_out(self, deps: Table, jobs: Table, name: str) -> Select[Any]:
         # The dependent's batch flag as a primary-key lookup per edge: joined,
         # the same missing statistics made the planner hash-join a scan of
         # the jobs table once per upstream id.
         batch = select(jobs.c.batch).where(jobs.c.id == deps.c.job_id).scalar_subquery()
-        edges = (
-            select(deps.c.job_id, deps.c.depends_on_id, batch.label("batch"))
-            .where(deps.c.depends_on_id == u.c.id)
-            .offset(literal_column("0"))
-            .lateral("e")
-        )
-        return select(edges.c.job_id, edges.c.depends_on_id, edges.c.batch).select_from(u).join(edges, true())
+        return self._edges_by_upstream(deps, name, deps.c.job_id, deps.c.depends_on_id, batch.label("batch"))
 
     def count_down_returning(self, jobs: Table, deps: Table, name: str) -> Update:
-        # The dependents by one index lookup per upstream id (as in
-        # edges_out), each found through the primary key (id = ANY(ARRAY(...)))
-        # and counted by a lookup on the edges' primary key. The state is
-        # compared with IS NOT DISTINCT FROM (never NULL): the state index
-        # cannot serve it, and without statistics the planner believed few
-        # rows waiting and read them all through it, each finish. A join with
-        # the grouped edges was planned as badly as edges_out once was.
-        u = func.unnest(bindparam(name, type_=ARRAY(BigInteger))).table_valued("id").render_derived(name="u")
-        edges = select(deps.c.job_id).where(deps.c.depends_on_id == u.c.id).offset(literal_column("0")).lateral("e")
-        dependents = select(edges.c.job_id).select_from(u).join(edges, true())
+        # The dependents as in edges_out, each found through the primary key
+        # (id = ANY(ARRAY(...))) and counted by a lookup on the edges' primary
+        # key. The state is compared with IS NOT DISTINCT FROM (never NULL):
+        # the state index cannot serve it, and without statistics the planner
+        # believed few rows waiting and read them all through it, each finish.
+        # A join with the grouped edges was planned as badly as edges_out once was.
+        dependents = self._edges_by_upstream(deps, name, deps.c.job_id)
         k = select(func.count()).where(deps.c.job_id == jobs.c.id, self.in_ids(deps.c.depends_on_id, name)).scalar_subquery()
         waiting = jobs.c.state.is_not_distinct_from(literal_column(f"'{schema.WAITING}'"))
         return _counted_down(update(jobs).where(self.id_in(jobs.c.id, dependents), waiting), jobs, k)
