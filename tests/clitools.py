@@ -61,6 +61,22 @@ def wait_for_log(path: str, text: str, proc: subprocess.Popen[bytes], timeout: f
         time.sleep(0.05)
 
 
+def running_on_worker(db: Any, log_path: str, proc: subprocess.Popen[bytes], fn: Any, *args: Any,
+                      states: tuple[str, ...] = ("running",), timeout: float = 60) -> Any:
+    """Submit ``fn(*args)`` from a submit-only executor and wait until the worker ``proc`` holds it in ``states``.
+
+    Returns the job's future; fails early if the worker exits.
+    """
+    wait_for_log(log_path, "serving", proc)
+    fut = db.executor(1, run_jobs=False).submit(fn, *args)
+    end = time.monotonic() + timeout
+    while db.row(fut.job_id).state not in states:
+        assert proc.poll() is None, f"worker exited with {proc.returncode}:\n{read(log_path)[-3000:]}"
+        assert time.monotonic() < end, f"job {fut.job_id} not {'/'.join(states)} within {timeout} s:\n{read(log_path)[-3000:]}"
+        time.sleep(0.05)
+    return fut
+
+
 def stop(proc: subprocess.Popen[bytes], timeout: float = 30) -> int:
     """SIGTERM a worker and wait for it; kill it if it does not stop."""
     if proc.poll() is None:

@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import select, update
 
 import jobs
-from clitools import cli_env, read, start_worker, stop, wait_for_log
+from clitools import cli_env, read, running_on_worker, start_worker, stop, wait_for_log
 
 T = 60
 N = 150
@@ -102,13 +102,7 @@ def test_sigterm_waits_for_running_jobs_within_grace(db, tmp_path):
     log = str(tmp_path / "w.log")
     w = start_worker(db, log, "--max-workers", "1", "--grace", "30")
     try:
-        wait_for_log(log, "serving", w)
-        ex = db.executor(1, run_jobs=False)
-        fut = ex.submit(jobs.sleep, 1.5, "finished")
-        end = time.monotonic() + T
-        while db.row(fut.job_id).state not in ("leased", "running"):
-            assert time.monotonic() < end, read(log)
-            time.sleep(0.05)
+        fut = running_on_worker(db, log, w, jobs.sleep, 1.5, "finished", states=("leased", "running"))
         assert stop(w) == 0, read(log)
     finally:
         if w.poll() is None:
@@ -127,13 +121,7 @@ def test_a_second_sigterm_cuts_the_grace_period_short(db, tmp_path):
     log = str(tmp_path / "w.log")
     w = start_worker(db, log, "--max-workers", "1", "--grace", "60")
     try:
-        wait_for_log(log, "serving", w)
-        ex = db.executor(1, run_jobs=False)
-        fut = ex.submit(jobs.sleep, 60, "never")
-        end = time.monotonic() + T
-        while db.row(fut.job_id).state != "running":
-            assert time.monotonic() < end and w.poll() is None, read(log)
-            time.sleep(0.05)
+        fut = running_on_worker(db, log, w, jobs.sleep, 60, "never")
         started = time.monotonic()
         w.terminate()
         wait_for_log(log, "running jobs get 60 s", w)
