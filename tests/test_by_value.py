@@ -19,6 +19,7 @@ import pytest
 
 from clitools import cli_env
 from dbexecutor import blobs, byvalue, serialization
+from dbexecutor.child import run_chunk
 from dbexecutor.errors import CannotRunHere
 
 
@@ -167,6 +168,32 @@ def test_arguments_that_refer_to_main_send_the_whole_call_by_value():
     assert type(pickle.loads(text)) is serialization.ByValue and _run(text) == "__main__"
     plain = serialization.dump_payload(ns["job"], (), {})
     assert type(pickle.loads(plain)) is tuple
+
+
+def test_a_function_of_the_program_passed_as_an_argument_is_embedded_too():
+    """As ``map`` passes it to each chunk's job (``run_chunk(fn, chunk)``); a callback argument alike."""
+    ns = _program("""
+        def square(x):
+            return x * x
+        def call(f, *args, **kwargs):
+            return f(*args, **kwargs)
+        SEEN = []
+        def remembers(x):
+            SEEN.append(x)
+            return len(SEEN)
+    """)
+    chunk = serialization.dump_payload(run_chunk, (ns["square"], [(2,), (3,)]), {})
+    assert type(pickle.loads(chunk)) is tuple  # not the whole call by value
+    assert byvalue.embedded(ns["square"]).data in chunk
+    assert _run(chunk) == [4, 9]
+    # The same function called and passed as an argument: its pickle goes in once.
+    twice = serialization.dump_payload(ns["call"], (ns["call"], ns["square"]), {"x": 4})
+    assert twice.count(byvalue.embedded(ns["call"]).data) == 1 and type(pickle.loads(twice)) is tuple
+    assert _run(twice) == 16
+    # A function that captures a list goes by value with the whole call, each time.
+    whole = serialization.dump_payload(run_chunk, (ns["remembers"], [(1,), (2,)]), {})
+    assert type(pickle.loads(whole)) is serialization.ByValue
+    assert _run(whole) == [1, 2]
 
 
 def test_a_loaded_function_is_loaded_once_and_keeps_its_globals_between_calls():

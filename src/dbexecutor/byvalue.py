@@ -30,11 +30,11 @@ import types
 import weakref
 from collections import OrderedDict
 from collections.abc import Iterator
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from .errors import CannotRunHere
 
-__all__ = ["FunctionByValue", "embedded", "load_function", "mentions"]
+__all__ = ["EmbeddedCall", "FunctionByValue", "embed_call", "embedded", "load_function", "mentions"]
 
 #: The module names under which a program's own definitions live (a child's copy of the script is ``__mp_main__``).
 MAIN_MODULES = ("__main__", "__mp_main__")
@@ -233,6 +233,54 @@ class _Cache:
 
 
 _cache = _Cache()
+
+
+class EmbeddedCall(NamedTuple):
+    """A call with the program's functions in it replaced by their by-value pickles."""
+
+    parts: tuple[Any, tuple[Any, ...], dict[str, Any]]  # (fn, args, kwargs), to pickle as they are
+    mentions: tuple[int, int]  # how often the embedded pickles hold each name of __main__, together
+
+
+def _is_programs(obj: Any) -> bool:
+    return type(obj) is types.FunctionType and obj.__module__ in MAIN_MODULES
+
+
+def embed_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> EmbeddedCall | None:
+    """``fn(*args, **kwargs)`` with ``fn`` and each argument that is a function of the program embedded by value.
+
+    None if none is, or if one captures what may change in place (the
+    caller pickles the whole call by value instead).
+    """
+    # Most calls have neither: found without a Python call per argument.
+    function = types.FunctionType
+    if not _is_programs(fn) and function not in map(type, args) and not (kwargs and function in map(type, kwargs.values())):
+        return None
+    made: dict[int, FunctionByValue] = {}
+
+    def swap(obj: Any) -> Any:
+        if not _is_programs(obj):
+            return obj
+        found = made.get(id(obj))
+        if found is None:
+            found = _cache.embedded(obj)
+            if found is None:
+                raise _Unembeddable
+            made[id(obj)] = found
+        return found
+
+    try:
+        parts = (swap(fn), tuple(map(swap, args)), {k: swap(v) for k, v in kwargs.items()} if kwargs else kwargs)
+    except _Unembeddable:
+        return None
+    if not made:
+        return None  # only other modules' functions
+    # Each distinct function once: the pickle memoizes a repeated object.
+    return EmbeddedCall(parts, (sum(e.mentions[0] for e in made.values()), sum(e.mentions[1] for e in made.values())))
+
+
+class _Unembeddable(Exception):
+    """A function of the program that must be pickled afresh."""
 
 
 def embedded(fn: Any) -> FunctionByValue | None:

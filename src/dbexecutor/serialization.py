@@ -281,21 +281,22 @@ def dump_payload(
 ) -> bytes:
     """Pickle (and sign) what a child needs to run the job (futures already replaced by ``JobRef``).
 
-    A function of the program's ``__main__`` goes in as its by-value pickle,
-    made once and reused while what it captured holds (:mod:`~dbexecutor.byvalue`);
-    only arguments that refer to ``__main__`` themselves make the whole call
+    The program's own functions (the one called, and any argument that is
+    one, as ``map``'s chunks pass it) go in as their by-value pickles, made
+    once and reused while what they captured holds (:mod:`~dbexecutor.byvalue`);
+    only arguments that otherwise refer to ``__main__`` make the whole call
     go by value.
     """
-    fn_by_value = byvalue.embedded(fn)
-    if fn_by_value is not None:
+    call = byvalue.embed_call(fn, args, kwargs)
+    if call is not None:
         try:
-            data = pickle.dumps((fn_by_value, args, kwargs), protocol=PROTOCOL)
+            data = pickle.dumps(call.parts, protocol=PROTOCOL)
         except (pickle.PicklingError, AttributeError, TypeError) as error:
             if "__main__" not in str(error):
                 raise
         else:
-            # The function's own pickle names __main__ (its module): the arguments may not add to it.
-            if byvalue.mentions(data) == fn_by_value.mentions:
+            # The embedded pickles name __main__ (their module): the rest of the call may not add to it.
+            if byvalue.mentions(data) == call.mentions:
                 return signer.sign(data, PAYLOAD_CONTEXT)
     return signer.sign(dumps((fn, args, kwargs)), PAYLOAD_CONTEXT)
 
