@@ -12,12 +12,14 @@ The policy (which child gets which job, timeouts, leases) is the
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import pickle
 import select
 import signal
 import struct
+import sys
 import time
 from collections import deque
 from collections.abc import Iterable
@@ -49,13 +51,18 @@ def default_context() -> BaseContext:
 #: child's module and what it imports (about 0.1 s per child otherwise; no database code).
 FORKSERVER_PRELOAD = ("__main__", "dbexecutor.child")
 
+#: ``dbexecutor.forkmain.ENV``: which script the fork server loads (not imported from there: importing
+#: that module runs its preload).
+FORKSERVER_MAIN_ENV = "DBEXECUTOR_FORKSERVER_MAIN"
+
 
 def warm_up(ctx: BaseContext) -> None:
-    """Start ``ctx``'s fork server now, if it has one, preloading the child's code.
+    """Start ``ctx``'s fork server now, if it has one, preloading the child's code and the program's script.
 
     The fork server is a fresh interpreter (and, with it, multiprocessing's
     resource tracker); a child forked from it without the preload imported
-    ``dbexecutor.child`` itself before its first job. Both are done once,
+    ``dbexecutor.child`` itself before its first job, and the program's
+    main script (see :mod:`dbexecutor.forkmain`). Both are done once,
     while the parent connects and claims. A fork server that some other
     code of this process started already is used as it is.
     """
@@ -66,10 +73,38 @@ def warm_up(ctx: BaseContext) -> None:
     # The module's one fork server, and what it preloads (private attributes, read
     # with defaults: at worst the preload is skipped and children import the code).
     server = forkserver._forkserver
+    main = None
     if getattr(server, "_forkserver_pid", 0) is None:  # not started yet: the preload still counts
         wanted = list(dict.fromkeys([*getattr(server, "_preload_modules", []), *FORKSERVER_PRELOAD]))
+        main = _main_script()
+        if main is not None:
+            wanted.append("dbexecutor.forkmain")  # after dbexecutor.child: a failing script leaves that loaded
         ctx.set_forkserver_preload(wanted)
-    forkserver.ensure_running()
+    if main is None:
+        forkserver.ensure_running()
+        return
+    # The server inherits this environment when it starts (see dbexecutor.forkmain).
+    os.environ[FORKSERVER_MAIN_ENV] = json.dumps(main)
+    try:
+        forkserver.ensure_running()
+    finally:
+        os.environ.pop(FORKSERVER_MAIN_ENV, None)
+
+
+def _main_script() -> dict[str, Any] | None:
+    """The program's main script as multiprocessing's children find it (path, ``sys.argv``, ``sys.path``), or None.
+
+    None for a program whose main module is imported by name in children or
+    not at all (``python -m``, ``python -c``, the ``dbexecutor`` command, a
+    notebook).
+    """
+    from multiprocessing import spawn
+
+    data = spawn.get_preparation_data("ignore")
+    path = data.get("init_main_from_path")
+    if not path:
+        return None
+    return {"path": path, "argv": list(data.get("sys_argv", [])), "sys_path": list(data.get("sys_path", sys.path))}
 
 
 def importing_main() -> bool:
