@@ -65,6 +65,11 @@ def warm_up(ctx: BaseContext) -> None:
     main script (see :mod:`dbexecutor.forkmain`). Both are done once,
     while the parent connects and claims. A fork server that some other
     code of this process started already is used as it is.
+
+    For a script, the server's environment carries the script's path while
+    it starts: call this before starting threads of one's own that read the
+    environment (a database driver connecting does), since setting a variable
+    while another thread reads them is not safe in C.
     """
     if ctx.get_start_method() != "forkserver":
         return

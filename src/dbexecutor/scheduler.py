@@ -183,6 +183,12 @@ class Scheduler:
         self._committing: list[CallerTransaction] = []  # callers' transactions with jobs, committing now
         self._committing_lock = threading.Lock()
         self._stop_listening = threading.Event()
+        if settings.run_jobs and settings.max_workers > 0:
+            # The fork server (and the children's preload) starts while the loop makes its first
+            # claim. Before this executor's threads start: for a script, the server learns its
+            # path from an environment variable set meanwhile (pool.warm_up), which the LISTEN
+            # thread's driver, reading the environment as it connects, must not race with.
+            warm_up(settings.mp_context)
         self._thread = threading.Thread(target=self._run, name="dbexecutor-scheduler", daemon=True)
         _live.add(self)
         self._thread.start()
@@ -403,11 +409,8 @@ class Scheduler:
                 self._doorbell.close()
 
     def _start_children(self) -> None:
-        """The children, or at least the process that forks them, start while the first claim is made."""
-        if not self.s.run_jobs or self.s.max_workers <= 0:
-            return
-        warm_up(self.s.mp_context)  # first, so that the children it forks have the preload
-        if self.s.start_children:
+        """A worker's children start while the first claim is made (an executor's start with its first jobs)."""
+        if self.s.run_jobs and self.s.max_workers > 0 and self.s.start_children:
             self._supervisor.start_all()
 
     def _tick(self, backoff: float) -> None:
