@@ -23,6 +23,7 @@ import re
 import sys
 from collections.abc import Iterable
 
+from .byvalue import MAIN_MODULES
 from .states import DEFAULT_QUEUE
 
 __all__ = ["EVERY", "program_queue", "serving", "check_name"]
@@ -48,7 +49,7 @@ def program_queue() -> str:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     name = getattr(spec, "name", None)
-    if isinstance(name, str) and name and name not in ("__main__", "__mp_main__"):
+    if isinstance(name, str) and name and name not in MAIN_MODULES:
         text = str(name)
         return text[: -len(".__main__")] if text.endswith(".__main__") else text
     path = getattr(main, "__file__", None)
