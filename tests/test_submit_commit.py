@@ -8,15 +8,18 @@ tests kill a real submitting process and count the rows it left.
 
 from __future__ import annotations
 
+import collections
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import event
+from sqlalchemy.exc import OperationalError
 
 import jobs
 from dbexecutor import DBExecutor
+from dbexecutor import scheduler as scheduler_module
 from seams import scheduler_of
 from test_faults import _kill, _start_driver, _tail
 
@@ -311,3 +314,70 @@ def test_a_payload_over_the_servers_packet_limit_fails_its_future(db):
         too_big.result(timeout=T)
     assert ex.submit(len, b"x" * 10).result(timeout=T) == 10
     assert len(db.jobs()) == 1
+
+
+def _inserts_by_thread(ex, monkeypatch) -> collections.Counter:
+    """Rows the executor's submit queue writes from now on (flush and backlog writes), by the writing thread's name."""
+    store = scheduler_of(ex).store
+    real = store.insert_jobs
+    rows: collections.Counter = collections.Counter()
+
+    def insert_jobs(jobs_, *args, **kwargs):
+        out = real(jobs_, *args, **kwargs)
+        rows[threading.current_thread().name] += len(jobs_)
+        return out
+
+    monkeypatch.setattr(store, "insert_jobs", insert_jobs)
+    return rows
+
+
+def test_a_submitting_thread_writes_its_own_backlog_on_a_server(db, monkeypatch):
+    # Where the driver says so (the servers), a thread that has queued a backlog
+    # writes it itself when the loop is not writing; on SQLite only the loop writes.
+    monkeypatch.setattr(scheduler_module, "BACKLOG", 16)
+    ex = db.executor(2)
+    by_thread = _inserts_by_thread(ex, monkeypatch)
+    futs = [ex.submit(jobs.identity, i) for i in range(600)]
+    assert [f.result(timeout=T) for f in futs] == list(range(600))
+    assert [f.job_id for f in futs] == sorted(f.job_id for f in futs), "ids follow submission order"
+    assert _stored_ids(db) == [f.job_id for f in futs]
+    mine = by_thread[threading.current_thread().name]
+    if db.kind == "sqlite":
+        assert mine == 0, by_thread
+    else:
+        assert mine >= 16, by_thread  # at least one backlog went in from this thread
+
+
+def test_a_thread_holding_the_writer_keeps_its_backlog_queued(db, monkeypatch):
+    monkeypatch.setattr(scheduler_module, "BACKLOG", 4)
+    ex = db.executor(2, run_jobs=False)
+    with scheduler_of(ex).hold_writes():
+        futs = [ex.submit(jobs.identity, i) for i in range(40)]
+        time.sleep(0.2)
+        assert not any(f.stored for f in futs)
+    assert _until(lambda: all(f.stored for f in futs))
+    assert _stored_ids(db) == [f.job_id for f in futs]
+
+
+def test_a_backlog_the_database_cannot_take_now_is_left_to_the_loop(db, monkeypatch):
+    # The submitting thread's write fails as if the server were restarting:
+    # submit() does not raise, and the loop writes the rows later.
+    monkeypatch.setattr(scheduler_module, "BACKLOG", 8)
+    ex = db.executor(2)
+    store = scheduler_of(ex).store
+    real = store.insert_jobs
+    me = threading.current_thread()
+    failed: list[int] = []
+
+    def insert_jobs(jobs_, *args, **kwargs):
+        if threading.current_thread() is me and not failed:
+            failed.append(len(jobs_))
+            raise OperationalError("INSERT", None, Exception("injected: server restarting"))
+        return real(jobs_, *args, **kwargs)
+
+    monkeypatch.setattr(store, "insert_jobs", insert_jobs)
+    futs = [ex.submit(jobs.identity, i) for i in range(200)]
+    assert [f.result(timeout=T) for f in futs] == list(range(200))
+    assert _stored_ids(db) == [f.job_id for f in futs]
+    if db.kind != "sqlite":
+        assert failed, "the submitting thread never tried to write its backlog"

@@ -58,7 +58,7 @@ from .records import Final, JobProgress, NewJob, Registration
 from .states import DEFAULT_QUEUE
 from .stats import SchedulerStats
 from .store import Store
-from .submitqueue import SubmitQueue, resolve_deps, short_error
+from .submitqueue import BACKLOG, SubmitQueue, resolve_deps, short_error
 from .supervisor import Supervisor
 from .tickcommit import TickCommit
 from .upkeep import Upkeep
@@ -239,7 +239,17 @@ class Scheduler:
         A tick woken by the first of a few jobs would write that one alone and
         make the rest wait for its commit.
         """
-        return self._queue.put(jobs) if jobs else []
+        if not jobs:
+            return []
+        futures = self._queue.put(jobs)
+        if (
+            self.store.driver.submitters_write_backlog
+            and len(self._queue) >= BACKLOG
+            and threading.current_thread() is not self._thread
+        ):
+            # The server inserts them while the loop records and claims on its own connection.
+            self._queue.write_backlog()
+        return futures
 
     def queued_here(self, fut: JobFuture[Any]) -> bool:
         """Whether ``fut``'s job waits in this executor's submit queue (it can be named as :class:`Unwritten`)."""

@@ -38,6 +38,7 @@ class MySQLDriver(Driver):
     extra = "mysql"
     supports_partial_indexes = False
     update_returning = False
+    submitters_write_backlog = True
     insert_returning = False  # until the server says it is MariaDB (check_server)
     # Deadlock, lock wait timeout, server gone away, lost connection, cannot connect, shutting down, idle timeout.
     _TRANSIENT = {1213, 1205, 2006, 2013, 2003, 1053, 4031}
