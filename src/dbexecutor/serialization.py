@@ -224,9 +224,15 @@ def map_arguments(
 # level (a script, python -c, standard input, a notebook) lives in its
 # ``__main__`` and is nowhere to be found elsewhere: such pickles are made by
 # value instead, with cloudpickle, as loky and joblib do. The markers are how
-# protocol 4 and later (and earlier protocols) spell a reference to that
-# module; a child's copy of the parent's script is ``__mp_main__``.
-_MAIN_REFERENCES = (b"\x8c\x08__main__", b"\x8c\x0b__mp_main__", b"c__main__\n", b"c__mp_main__\n")
+# protocol 4 and later (SHORT_BINUNICODE, then a one-byte length) and earlier
+# protocols (GLOBAL, "c", then the name and a newline) spell a reference to
+# that module; a child's copy of the parent's script is ``__mp_main__``.
+_MAIN_REFERENCES = tuple(
+    marker
+    for name in (module.encode() for module in byvalue.MAIN_MODULES)
+    for marker in (pickle.SHORT_BINUNICODE + bytes([len(name)]) + name, pickle.GLOBAL + name + b"\n")
+)
+_MAIN_NAMES = tuple(module.encode() for module in byvalue.MAIN_MODULES)
 
 
 class ByValue:
@@ -251,7 +257,7 @@ def _by_value(obj: Any) -> bytes:
 def _refers_to_main(data: bytes) -> bool:
     """Whether a pickle names something of the program's ``__main__``."""
     # Every marker holds one of these two names: most pickles are cleared by two searches.
-    return (b"__main__" in data or b"__mp_main__" in data) and any(marker in data for marker in _MAIN_REFERENCES)
+    return any(name in data for name in _MAIN_NAMES) and any(marker in data for marker in _MAIN_REFERENCES)
 
 
 def dumps(obj: Any) -> bytes:
@@ -298,6 +304,9 @@ def dump_payload(
             # The embedded pickles name __main__ (their module): the rest of the call may not add to it.
             if byvalue.mentions(data) == call.mentions:
                 return signer.sign(data, PAYLOAD_CONTEXT)
+        # Something else of __main__ is in the arguments: the whole call by value, with
+        # no third pickling by reference that would only find that out again.
+        return signer.sign(_by_value((fn, args, kwargs)), PAYLOAD_CONTEXT)
     return signer.sign(dumps((fn, args, kwargs)), PAYLOAD_CONTEXT)
 
 
