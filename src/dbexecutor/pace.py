@@ -23,7 +23,7 @@ _PREFETCH_BELOW = 0.05  # seconds: average run time under which a child gets mor
 # the next (the queued job waits at most about one run time; longer jobs are not worth the wait).
 _NEXT_QUEUED_BELOW = 1.0
 _PREFETCH_WORK = 0.05  # seconds of (short) work a child may hold queued behind its running job
-_PREFETCH_MAX = 128  # at most this many jobs per child
+_PREFETCH_MAX = 512  # at most this many jobs per child
 _PREFETCH_AFTER = 4  # results seen before the average is trusted
 _LINGER_MAX = 0.02  # seconds a tick that would only record results may wait
 
