@@ -381,3 +381,22 @@ def test_a_backlog_the_database_cannot_take_now_is_left_to_the_loop(db, monkeypa
     assert _stored_ids(db) == [f.job_id for f in futs]
     if db.kind != "sqlite":
         assert failed, "the submitting thread never tried to write its backlog"
+
+
+def test_a_backlog_with_dependencies_is_left_to_the_loop(db, monkeypatch):
+    # Jobs with upstreams lock those rows as they go in, and the loop's finishes
+    # count them down: written beside the loop, on a second connection, the two
+    # transactions waited on each other. While such a job is queued, only the loop writes.
+    monkeypatch.setattr(scheduler_module, "BACKLOG", 8)
+    ex = db.executor(2)
+    by_thread = _inserts_by_thread(ex, monkeypatch)
+    me = threading.current_thread().name
+    futs = [ex.submit(jobs.identity, 0)]
+    for i in range(1, 300):
+        futs.append(ex.submit(jobs.identity, i, after=[futs[i // 2]]))
+    assert [f.result(timeout=T) for f in futs] == list(range(300))
+    assert by_thread[me] == 0, by_thread
+    # Once the loop has taken them, a backlog of independent jobs goes in from here again.
+    more = [ex.submit(jobs.identity, i) for i in range(300)]
+    assert [f.result(timeout=T) for f in more] == list(range(300))
+    assert (by_thread[me] == 0) == (db.kind == "sqlite"), by_thread
