@@ -216,10 +216,11 @@ class SubmitQueue:
 
         For a thread that has queued a backlog (``Driver.submitters_write_backlog``):
         the rows go in while the loop's tick records results and claims,
-        rather than after. Only jobs without upstreams or children: while any
-        such job is queued, the loop writes them all. It never waits for the writer, and never raises
-        for the database: rows it could not write stay queued and the loop,
-        woken, writes them (or finds the database down, as it would have).
+        rather than after. Only jobs without upstreams or children: while
+        one with them is queued, the loop writes them all. It never waits
+        for the writer, and never raises for the database: rows it could
+        not write stay queued and the loop, woken, writes them (or finds the
+        database down, as it would have).
         """
         if getattr(self._holding, "depth", 0):
             return False  # this thread holds the writer to keep the queue as it is
