@@ -19,7 +19,7 @@ from sqlalchemy.exc import OperationalError
 
 import jobs
 from dbexecutor import DBExecutor
-from dbexecutor import scheduler as scheduler_module
+from dbexecutor import submitqueue
 from seams import scheduler_of
 from test_faults import _kill, _start_driver, _tail
 
@@ -334,7 +334,7 @@ def _inserts_by_thread(ex, monkeypatch) -> collections.Counter:
 def test_a_submitting_thread_writes_its_own_backlog_on_a_server(db, monkeypatch):
     # Where the driver says so (the servers), a thread that has queued a backlog
     # writes it itself when the loop is not writing; on SQLite only the loop writes.
-    monkeypatch.setattr(scheduler_module, "BACKLOG", 16)
+    monkeypatch.setattr(submitqueue, "BACKLOG", 16)
     ex = db.executor(2)
     by_thread = _inserts_by_thread(ex, monkeypatch)
     futs = [ex.submit(jobs.identity, i) for i in range(600)]
@@ -349,7 +349,7 @@ def test_a_submitting_thread_writes_its_own_backlog_on_a_server(db, monkeypatch)
 
 
 def test_a_thread_holding_the_writer_keeps_its_backlog_queued(db, monkeypatch):
-    monkeypatch.setattr(scheduler_module, "BACKLOG", 4)
+    monkeypatch.setattr(submitqueue, "BACKLOG", 4)
     ex = db.executor(2, run_jobs=False)
     with scheduler_of(ex).hold_writes():
         futs = [ex.submit(jobs.identity, i) for i in range(40)]
@@ -362,7 +362,7 @@ def test_a_thread_holding_the_writer_keeps_its_backlog_queued(db, monkeypatch):
 def test_a_backlog_the_database_cannot_take_now_is_left_to_the_loop(db, monkeypatch):
     # The submitting thread's write fails as if the server were restarting:
     # submit() does not raise, and the loop writes the rows later.
-    monkeypatch.setattr(scheduler_module, "BACKLOG", 8)
+    monkeypatch.setattr(submitqueue, "BACKLOG", 8)
     ex = db.executor(2)
     store = scheduler_of(ex).store
     real = store.insert_jobs
@@ -387,7 +387,7 @@ def test_a_backlog_with_dependencies_is_left_to_the_loop(db, monkeypatch):
     # Jobs with upstreams lock those rows as they go in, and the loop's finishes
     # count them down: written beside the loop, on a second connection, the two
     # transactions waited on each other. While such a job is queued, only the loop writes.
-    monkeypatch.setattr(scheduler_module, "BACKLOG", 8)
+    monkeypatch.setattr(submitqueue, "BACKLOG", 8)
     ex = db.executor(2)
     by_thread = _inserts_by_thread(ex, monkeypatch)
     me = threading.current_thread().name

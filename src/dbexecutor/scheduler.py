@@ -58,7 +58,7 @@ from .records import Final, JobProgress, NewJob, Registration
 from .states import DEFAULT_QUEUE
 from .stats import SchedulerStats
 from .store import Store
-from .submitqueue import BACKLOG, SubmitQueue, resolve_deps, short_error
+from .submitqueue import SubmitQueue, resolve_deps, short_error
 from .supervisor import Supervisor
 from .tickcommit import TickCommit
 from .upkeep import Upkeep
@@ -242,12 +242,8 @@ class Scheduler:
         if not jobs:
             return []
         futures = self._queue.put(jobs)
-        if (
-            self.store.driver.submitters_write_backlog
-            and len(self._queue) >= BACKLOG
-            and threading.current_thread() is not self._thread
-        ):
-            # The server inserts them while the loop records and claims on its own connection.
+        if threading.current_thread() is not self._thread:
+            # A backlog: the server inserts it while the loop records and claims on its own connection.
             self._queue.write_backlog()
         return futures
 

@@ -94,6 +94,8 @@ class SubmitQueue:
         self._linked = 0
         self._writer = threading.RLock()  # one writer of queued rows at a time
         self._holding = threading.local()  # depth: this thread is inside writing() (keeps the queue as it is)
+        # Whether a submitting thread writes a backlog itself (see write_backlog).
+        self._backlogs = store.driver.submitters_write_backlog
         #: Slots the loop lends, so that a durable submit goes in leased (None: this executor runs no jobs).
         self.lending: Lending | None = None
         # The writer's connection, kept from one flush to the next (a durable submit
@@ -212,16 +214,19 @@ class SubmitQueue:
         self._wake(work=not claimed)
 
     def write_backlog(self) -> bool:
-        """Write the queued jobs now, in the caller's thread, unless another thread is writing; whether it wrote.
+        """Write the queued jobs now, in the caller's thread, if they are a backlog and no one else is writing; whether it wrote.
 
-        For a thread that has queued a backlog (``Driver.submitters_write_backlog``):
-        the rows go in while the loop's tick records results and claims,
-        rather than after. Only jobs without upstreams or children: while
+        For a thread that has just queued jobs, where the driver says so
+        (``Driver.submitters_write_backlog``) and :data:`BACKLOG` or more
+        wait: the rows go in while the loop's tick records results and
+        claims, rather than after. Only jobs without upstreams or children: while
         one with them is queued, the loop writes them all. It never waits
         for the writer, and never raises for the database: rows it could
         not write stay queued and the loop, woken, writes them (or finds the
         database down, as it would have).
         """
+        if not self._backlogs or len(self._items) < BACKLOG:
+            return False
         if getattr(self._holding, "depth", 0):
             return False  # this thread holds the writer to keep the queue as it is
         if self._linked:
