@@ -139,9 +139,9 @@ def default_workers() -> int:
     return count or 1
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Assignment:
-    """A claimed job handed to a child: ``attempt`` is its lease token."""
+    """A claimed job handed to a child: ``attempt`` is its lease token (not frozen: one per job, see :mod:`~dbexecutor.records`)."""
 
     job_id: int
     attempt: int

@@ -18,14 +18,17 @@ from sqlalchemy import Connection, Update
 
 from .context import Context
 
-__all__ = ["AttemptRow", "attempt_row", "fenced", "record_attempts"]
+__all__ = ["AttemptRow", "attempt_row", "fenced", "outcome_column", "record_attempts"]
 
 _OUTCOME_WIDTH = 64  # the attempts.outcome column
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class AttemptRow:
-    """How one attempt of a job ended: ``outcome`` is short (``ok``, ``timeout``, ``lease expired``...), ``detail`` free text."""
+    """How one attempt of a job ended: ``outcome`` is short (``ok``, ``timeout``, ``lease expired``...), ``detail`` free text.
+
+    Not frozen: one or more per job, see :mod:`~dbexecutor.records`.
+    """
 
     job_id: int
     attempt: int
@@ -42,6 +45,11 @@ def fenced(conn: Connection, stmt: Update, job_id: int, attempt: int, **params: 
     return bool(conn.execute(stmt, {"p_id": job_id, "p_attempt": attempt, **values}).rowcount == 1)
 
 
+def outcome_column(outcome: str) -> str:
+    """``outcome`` as the attempts table stores it (cut to the column's width)."""
+    return outcome[:_OUTCOME_WIDTH]
+
+
 def attempt_row(r: AttemptRow) -> dict[str, Any]:
     """``r`` as the columns of its row in the attempts table."""
     return {
@@ -50,7 +58,7 @@ def attempt_row(r: AttemptRow) -> dict[str, Any]:
         "worker": r.worker,
         "started_at": r.started_at,
         "ended_at": r.ended_at,
-        "outcome": r.outcome[:_OUTCOME_WIDTH],
+        "outcome": outcome_column(r.outcome),
         "detail": r.detail,
     }
 
