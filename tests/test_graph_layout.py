@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from dbexecutor.records import GraphNode  # noqa: E402
+from dbexecutor.readmodels import GraphNode  # noqa: E402
 from dbexecutor.ui import layout  # noqa: E402
 
 

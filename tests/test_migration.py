@@ -21,7 +21,7 @@ from sqlalchemy import Column, Index, Integer, MetaData, String, Table, inspect,
 
 import jobs
 from dbexecutor import DependencyFailed, schema, serialization
-from dbexecutor.records import JobFilter
+from dbexecutor.readmodels import JobFilter
 from dbexecutor.store import Store
 from dbexecutor.store.migrations import V6_COLUMNS, V6_INDEXES
 

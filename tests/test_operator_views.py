@@ -14,7 +14,8 @@ from sqlalchemy import insert, text
 
 import jobs
 from dbexecutor import hosts, schema
-from dbexecutor.records import JobFilter, NewJob, Registration
+from dbexecutor.readmodels import JobFilter
+from dbexecutor.records import NewJob, Registration
 
 T = 60
 ROWS = 20_000

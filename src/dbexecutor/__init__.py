@@ -35,7 +35,7 @@ from .transactions import transaction
 if TYPE_CHECKING:
     from .executor import Batch, DBExecutor, JobOptions, Submitter
     from .future import JobFuture
-    from .records import ExecutorInfo, GroupInfo, JobDetail, JobProgress, JobSummary, StatusReport
+    from .readmodels import ExecutorInfo, GroupInfo, JobDetail, JobProgress, JobSummary, StatusReport
 
 #: The package's version; pyproject.toml reads it from here (the one place it is written).
 __version__ = "0.1.0"
@@ -50,12 +50,12 @@ _LAZY = {
     "JobOptions": "executor",
     "Submitter": "executor",
     "JobFuture": "future",
-    "ExecutorInfo": "records",
-    "GroupInfo": "records",
-    "JobDetail": "records",
-    "JobProgress": "records",
-    "JobSummary": "records",
-    "StatusReport": "records",
+    "ExecutorInfo": "readmodels",
+    "GroupInfo": "readmodels",
+    "JobDetail": "readmodels",
+    "JobProgress": "readmodels",
+    "JobSummary": "readmodels",
+    "StatusReport": "readmodels",
 }
 
 

@@ -40,7 +40,8 @@ from .options import JobOptions, required_seconds, with_options
 from .queues import EVERY, program_queue, serving
 from .pool import IMPORTING_MAIN, default_context, default_workers, importing_main
 from .scheduler import Scheduler, Settings, interpreter_shutting_down
-from .records import Final, GroupInfo, NewJob
+from .readmodels import GroupInfo
+from .records import Final, NewJob
 from .store import Store
 from .submitter import Submitter
 from .submitting import SubmitsJobs

@@ -12,7 +12,7 @@ from concurrent.futures._base import CANCELLED, CANCELLED_AND_NOTIFIED, FINISHED
 from typing import Any, Callable, Generic, Protocol, TypeVar
 
 from . import schema, serialization
-from .records import JobProgress
+from .readmodels import JobProgress
 
 __all__ = ["JobFuture", "JobControl"]
 

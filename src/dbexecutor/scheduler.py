@@ -54,7 +54,8 @@ from .future import JobFuture
 from .pace import Pace
 from .pool import warm_up
 from .registry import Registry
-from .records import Final, JobProgress, NewJob, Registration
+from .readmodels import JobProgress
+from .records import Final, NewJob, Registration
 from .states import DEFAULT_QUEUE
 from .stats import SchedulerStats
 from .store import Store

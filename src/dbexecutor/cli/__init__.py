@@ -22,7 +22,7 @@ command-line value: other users can read a process's arguments). Nothing
 here unpickles a stored blob: ``show`` reads payloads and tracebacks with
 ``pickletools``, which parses a pickle without running it. Every ``--json``
 output uses the same field names (``id``, ``state``, ``group``,
-``function``, ``key``, ``worker``...; see :mod:`dbexecutor.records`). Ages
+``function``, ``key``, ``worker``...; see :mod:`dbexecutor.readmodels`). Ages
 and times are the database server's.
 
 Exit codes (see :data:`EXIT_CODES`): 0 ok, 1 nothing found or nothing done,

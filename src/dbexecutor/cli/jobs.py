@@ -12,7 +12,7 @@ from typing import Any, TextIO
 from .. import schema, serialization
 from ..blobs import pickle_summary, short as _short, stored_traceback
 from ..errors import PayloadRejected
-from ..records import JobFilter, StopRequest
+from ..readmodels import JobFilter, StopRequest
 from ..store import Store
 from .exits import EXIT_NOTHING, EXIT_OK, UsageError, _Failure
 from .format import _age, _json, _percent, _table, _when

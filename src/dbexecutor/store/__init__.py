@@ -39,11 +39,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from .. import schema, serialization
 from ..dialects import Driver, resolve
 from ..errors import ConfigurationError
-from ..records import (
-    Claimed,
+from ..readmodels import (
     ExecutorInfo,
-    Final,
-    Finished,
     GroupInfo,
     HealthReport,
     JobDetail,
@@ -52,15 +49,11 @@ from ..records import (
     JobPage,
     JobProgress,
     JobSummary,
-    NewJob,
     Overview,
-    Registration,
-    Renewal,
-    Report,
     StatusReport,
     StopRequest,
-    Submitted,
 )
+from ..records import Claimed, Final, Finished, NewJob, Registration, Renewal, Report, Submitted
 from .. import hosts
 from . import admin, claim, control, dag, finish, fleet, leases, migrations, reads, submit
 from .clock import Clock

@@ -1,6 +1,6 @@
 """What operators read and change: status, lists and pages of jobs, one job in full, throughput, graphs, groups, retention.
 
-Read models are the typed records of :mod:`dbexecutor.records`; nothing here
+Read models are the typed records of :mod:`dbexecutor.readmodels`; nothing here
 unpickles a stored blob.
 """
 
@@ -10,7 +10,7 @@ from typing import Any
 
 from sqlalchemy import Connection
 
-from ..records import (
+from ..readmodels import (
     AttemptRecord,
     Edge,
     GraphNode,
@@ -26,8 +26,8 @@ from ..records import (
     StateCounts,
     StatusReport,
     Throughput,
-    parse_refs,
 )
+from ..records import parse_refs
 from .. import schema
 from . import fleet
 from .context import Context, chunks

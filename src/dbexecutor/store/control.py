@@ -25,7 +25,8 @@ from typing import Any
 from sqlalchemy import Connection
 
 from .. import schema
-from ..records import Final, JobProgress, StopRequest
+from ..readmodels import JobProgress, StopRequest
+from ..records import Final
 from . import dag
 from .context import Context, chunks
 from .transitions import AttemptRow, fenced, record_attempts

@@ -17,7 +17,8 @@ from dataclasses import asdict
 
 from sqlalchemy import Connection
 
-from ..records import ExecutorInfo, Registration
+from ..readmodels import ExecutorInfo
+from ..records import Registration
 from . import control
 from .context import Context, chunks
 from .transitions import AttemptRow, record_attempts

@@ -40,7 +40,7 @@ from starlette.staticfiles import StaticFiles
 
 from .. import metrics
 from ..durations import parse_duration
-from ..records import JobFilter
+from ..readmodels import JobFilter
 from ..store import Store, masked_url
 from . import pages
 from .auth import COOKIE, Guard

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from html import escape
 
-from ..records import GraphNode
+from ..readmodels import GraphNode
 
 __all__ = ["Placed", "layout", "svg"]
 

@@ -20,7 +20,7 @@ from urllib.parse import quote, urlencode
 
 from .. import __version__, states
 from ..durations import format_age
-from ..records import ExecutorInfo, GroupInfo, JobGraph, JobPage, Overview
+from ..readmodels import ExecutorInfo, GroupInfo, JobGraph, JobPage, Overview
 from . import layout
 
 __all__ = ["View", "overview_page", "jobs_page", "job_page", "graph_page", "workers_page", "login_page", "message_page"]
