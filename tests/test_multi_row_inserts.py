@@ -46,6 +46,15 @@ def test_rows_with_repeated_columns_read_back_as_written(db):
         store.close()
 
 
+def test_a_column_is_bound_once_only_when_every_value_is_the_same_and_of_one_type():
+    from dbexecutor.dialects.postgresql import _constant
+
+    assert _constant([None, None, None]) and _constant([b"p", b"p"]) and _constant(["w"] * 300)
+    # Equal is not enough: bound once as the first row's value, 1 would stand for True and 1.0.
+    assert not _constant([1, True]) and not _constant([1, 1.0]) and not _constant([0, False, 0])
+    assert not _constant([None, 0]) and not _constant([b"p", b"q"]) and not _constant(["w"] * 299 + ["x"])
+
+
 def test_a_burst_of_alike_jobs_keeps_each_payload(db):
     store = db.store()
     try:

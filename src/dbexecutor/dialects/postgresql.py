@@ -208,14 +208,11 @@ class PostgreSQLDriver(Driver):
         if not rows:
             return
         columns = list(rows[0])
-        first = rows[0]
+        values = {c: [row[c] for row in rows] for c in columns}
         # A column with the same value in every row (the group, the function,
         # the lease of a burst leased on insert, ...) is bound once as a
         # scalar: psycopg dumps array elements one by one in Python.
-        same = tuple(
-            len(rows) > 1 and all(type(row[c]) is type(first[c]) and row[c] == first[c] for row in rows)
-            for c in columns
-        )
+        same = tuple(len(rows) > 1 and _constant(values[c]) for c in columns)
         if all(same):
             same = (False,) + same[1:]  # unnest needs one array, for the number of rows
         arrays = [c for c, one in zip(columns, same) if not one]
@@ -232,8 +229,8 @@ class PostgreSQLDriver(Driver):
             )
 
         stmt = self._derived(("insert", table.name, tuple(columns), same), build)
-        params = {f"a{k}": [row[c] for row in rows] for k, c in enumerate(arrays)}
-        params.update({f"s{k}": first[c] for k, c in enumerate(scalars)})
+        params = {f"a{k}": values[c] for k, c in enumerate(arrays)}
+        params.update({f"s{k}": values[c][0] for k, c in enumerate(scalars)})
         conn.execute(stmt, params)
 
     def insert_job_rows(
@@ -398,3 +395,12 @@ def _listen(
         except Exception:  # a bug in the callback must not end the wake-ups silently
             log.exception("the LISTEN thread failed; polling continues without it")
             return
+
+
+def _constant(values: list[Any]) -> bool:
+    """Whether every one of ``values`` equals the first, and is of its type (``1`` and ``True`` differ).
+
+    Both checks loop in C: this ran for each of some 17 columns of every
+    multi-row insert, over every row, in Python (5-6% of a submitting thread).
+    """
+    return values.count(values[0]) == len(values) and len(set(map(type, values))) == 1
