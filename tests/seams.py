@@ -2,8 +2,8 @@
 
 The scheduler offers ``hold_writes()`` (queued submits stay queued until the
 block ends), ``pace`` (run-time and transaction-time averages a test can pin)
-and ``is_alive()`` / ``join()`` (its thread); ``slow_lease_renewal`` slows
-one step of its tick. This is the one place that
+and ``is_alive()`` / ``join()`` (its thread); ``slow_lease_renewal`` and
+``slow_dispatch`` slow one step of its tick. This is the one place that
 knows where an executor keeps it.
 """
 
@@ -36,3 +36,20 @@ def slow_lease_renewal(ex: DBExecutor, seconds: float) -> None:
         real()
 
     upkeep.renew_leases = slowed  # type: ignore[method-assign]
+
+
+def slow_dispatch(ex: DBExecutor, seconds: float) -> None:
+    """From now on, each tick sleeps ``seconds`` before it hands claimed jobs out (after its write, outside the writer).
+
+    A submitting thread writes its own backlog only when it finds the writer
+    free; on a fast machine the loop's back-to-back ticks could take every
+    job before a backlog formed. This gives a submit loop that window.
+    """
+    commit = scheduler_of(ex)._commit
+    real = commit.dispatch_claimed
+
+    def slowed() -> None:
+        time.sleep(seconds)
+        real()
+
+    commit.dispatch_claimed = slowed  # type: ignore[method-assign]

@@ -20,7 +20,7 @@ from sqlalchemy.exc import OperationalError
 import jobs
 from dbexecutor import DBExecutor
 from dbexecutor import submitqueue
-from seams import scheduler_of
+from seams import scheduler_of, slow_dispatch
 from test_faults import _kill, _start_driver, _tail
 
 T = 60
@@ -331,30 +331,13 @@ def _inserts_by_thread(ex, monkeypatch) -> collections.Counter:
     return rows
 
 
-def _slow_dispatch(ex, monkeypatch, seconds: float = 0.03) -> None:
-    """From now on the loop sleeps ``seconds`` after each tick's write, outside the writer.
-
-    A submitting thread writes its backlog only when it finds the writer
-    free; on a fast machine the loop's back-to-back ticks could take every
-    job before a backlog formed. This gives each submit loop a window.
-    """
-    commit = scheduler_of(ex)._commit
-    real = commit.dispatch_claimed
-
-    def dispatch_claimed(*args, **kwargs):
-        time.sleep(seconds)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(commit, "dispatch_claimed", dispatch_claimed)
-
-
 def test_a_submitting_thread_writes_its_own_backlog_on_a_server(db, monkeypatch):
     # Where the driver says so (the servers), a thread that has queued a backlog
     # writes it itself when the loop is not writing; on SQLite only the loop writes.
     monkeypatch.setattr(submitqueue, "BACKLOG", 16)
     ex = db.executor(2)
     by_thread = _inserts_by_thread(ex, monkeypatch)
-    _slow_dispatch(ex, monkeypatch)
+    slow_dispatch(ex, 0.03)
     futs = [ex.submit(jobs.identity, i) for i in range(600)]
     assert [f.result(timeout=T) for f in futs] == list(range(600))
     assert [f.job_id for f in futs] == sorted(f.job_id for f in futs), "ids follow submission order"
@@ -394,7 +377,7 @@ def test_a_backlog_the_database_cannot_take_now_is_left_to_the_loop(db, monkeypa
         return real(jobs_, *args, **kwargs)
 
     monkeypatch.setattr(store, "insert_jobs", insert_jobs)
-    _slow_dispatch(ex, monkeypatch)
+    slow_dispatch(ex, 0.03)
     futs = [ex.submit(jobs.identity, i) for i in range(200)]
     assert [f.result(timeout=T) for f in futs] == list(range(200))
     assert _stored_ids(db) == [f.job_id for f in futs]
@@ -416,7 +399,7 @@ def test_a_backlog_with_dependencies_is_left_to_the_loop(db, monkeypatch):
     assert [f.result(timeout=T) for f in futs] == list(range(300))
     assert by_thread[me] == 0, by_thread
     # Once the loop has taken them, a backlog of independent jobs goes in from here again.
-    _slow_dispatch(ex, monkeypatch)
+    slow_dispatch(ex, 0.03)
     more = [ex.submit(jobs.identity, i) for i in range(300)]
     assert [f.result(timeout=T) for f in more] == list(range(300))
     assert (by_thread[me] == 0) == (db.kind == "sqlite"), by_thread
