@@ -55,6 +55,27 @@ def test_a_lease_that_is_gone_is_reported_and_not_renewed(db, store):
     assert db.row(c.job_id).lease_expires == before
 
 
+def test_hundreds_of_leases_are_renewed_by_their_own_tokens_only(db, store):
+    # More pairs than one statement takes (the renewal goes in parts), every seventh with a stale token.
+    now = time.time()
+    store.insert_jobs([NewJob(fn_name="tests.job", payload=b"p", deps=()) for _ in range(620)], now)
+    claimed = store.claim("me", 620, TTL, now)
+    assert len(claimed) == 620
+    stale = {job.job_id for i, job in enumerate(claimed) if i % 7 == 0}
+    held = [(job.job_id, job.attempt - (job.job_id in stale)) for job in claimed]
+    started = {job.job_id for job in claimed[::2]}
+    later = time.time() + 100
+    assert store.renew_leases(held, started, TTL, later).lost == stale
+    rows = {r.id: r for r in db.jobs()}
+    for job in claimed:
+        row = rows[job.job_id]
+        if job.job_id in stale:
+            assert row.state == schema.LEASED and row.lease_expires == pytest.approx(now + TTL)
+        else:
+            assert row.lease_expires == pytest.approx(later + TTL)
+            assert row.state == (schema.RUNNING if job.job_id in started else schema.LEASED)
+
+
 def test_upstream_results_of_rows_that_did_not_record_their_refs(db):
     ex = db.executor()
     a = ex.submit(jobs.add, 1, 1)

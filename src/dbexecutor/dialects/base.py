@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
-from sqlalchemy import ColumnElement, FromClause, Insert, Select, Table, Update, and_, bindparam, case, func, insert, select, update
+from sqlalchemy import ColumnElement, FromClause, Insert, Select, Table, Update, and_, bindparam, case, func, insert, select, tuple_, update
 from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateColumn
@@ -187,6 +187,14 @@ class Driver:
     def in_ids(self, column: Any, name: str) -> ColumnElement[bool]:
         """``column`` is one of the ids bound to the parameter ``name`` (a list of ints at execution)."""
         return cast(ColumnElement[bool], column.in_(bindparam(name, expanding=True)))
+
+    def in_pairs(self, first: Any, second: Any, name: str) -> ColumnElement[bool]:
+        """``(first, second)`` is one of the pairs bound by :meth:`pairs` as ``name``."""
+        return cast(ColumnElement[bool], tuple_(first, second).in_(bindparam(name, expanding=True)))
+
+    def pairs(self, name: str, pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        """The parameters that bind ``pairs`` of ints for :meth:`in_pairs` ``name``."""
+        return {name: list(pairs)}
 
     def along_index(self, stmt: Select[Any], table: FromClause, index: str) -> Select[Any]:
         """``stmt`` reading ``table`` along ``index``: as planned by default; told so where the planner chose worse."""

@@ -17,6 +17,7 @@ from sqlalchemy import (
     Select,
     Table,
     Update,
+    and_,
     any_,
     bindparam,
     event,
@@ -142,6 +143,20 @@ class PostgreSQLDriver(Driver):
         # number of ids, so psycopg and the server parse it once (an IN list
         # is a new statement for each length).
         return cast(ColumnElement[bool], column == any_(bindparam(name, type_=ARRAY(BigInteger))))
+
+    def in_pairs(self, first: Any, second: Any, name: str) -> ColumnElement[bool]:
+        # Two arrays joined as a set (UPDATE ... FROM unnest(...)): psycopg cannot bind
+        # a tuple IN list, so SQLAlchemy wrote every pair into the statement's text,
+        # in Python: 17 ms for 700 held leases on an idle machine, 60 ms in the loop
+        # under load, and a new statement text for every number of pairs.
+        # The first array once more as "= ANY": the rows are found through the primary key, whatever
+        # the statistics say (else the planner may read every active row of the fleet).
+        firsts = bindparam(f"{name}_1", type_=ARRAY(BigInteger))
+        u = func.unnest(firsts, bindparam(f"{name}_2", type_=ARRAY(BigInteger))).table_valued("a", "b").render_derived(name=name)
+        return and_(first == any_(firsts), first == u.c.a, second == u.c.b)
+
+    def pairs(self, name: str, pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        return {f"{name}_1": [a for a, _ in pairs], f"{name}_2": [b for _, b in pairs]}
 
     def id_in(self, column: Any, ids: Select[Any]) -> ColumnElement[bool]:
         # id = ANY(ARRAY(subquery)): the subquery runs once and the update finds

@@ -42,7 +42,7 @@ def renew(
     out = Renewal()
     for part in chunks(sorted(held)):
         ids = {job_id for job_id, _ in part}
-        params = {"p_held": list(part), "p_started": sorted(ids & started), "p_expires": now + ttl}
+        params = {**ctx.driver.pairs("p_held", part), "p_started": sorted(ids & started), "p_expires": now + ttl}
         if conn.execute(ctx.sql.renew_leases, params).rowcount < len(part):
             # Short: a lease is gone, or a job was asked to stop (left unrenewed). Which?
             mine = set(part)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
-from sqlalchemy import Select, Update, case, select, tuple_, update
+from sqlalchemy import Select, Update, case, select, update
 
 from ... import schema
 from .base import BACK_TO_READY, StatementsBase, _p
@@ -22,14 +22,14 @@ class LeaseStatements(StatementsBase):
 
     @cached_property
     def renew_leases(self) -> Update:
-        """Extend to ``p_expires`` the leases of ``p_held`` (id, attempt) pairs not asked to stop; the ids in ``p_started`` become running."""
+        """Extend to ``p_expires`` the leases of the (id, attempt) pairs bound as ``p_held`` (``driver.pairs``) not asked to stop; the ids in ``p_started`` become running."""
         j = self.tables.jobs
-        running = case((j.c.id.in_(_p("started", expanding=True)), schema.RUNNING), else_=j.c.state)
+        running = case((self._ids(j.c.id, "started"), schema.RUNNING), else_=j.c.state)
         return (
             update(j)
             # A job asked to stop is left out: the short count makes its owner
             # read why (active_tokens), so a renewal costs no extra read otherwise.
-            .where(tuple_(j.c.id, j.c.attempt).in_(_p("held", expanding=True)), self.active, j.c.terminate_requested.is_(None))
+            .where(self.driver.in_pairs(j.c.id, j.c.attempt, "p_held"), self.active, j.c.terminate_requested.is_(None))
             .values(lease_expires=_p("expires"), state=running)
         )
 
