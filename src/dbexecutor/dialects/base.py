@@ -17,11 +17,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
+from operator import itemgetter
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from sqlalchemy import ColumnElement, FromClause, Insert, Select, Table, Update, and_, bindparam, case, func, insert, select, tuple_, update
-from sqlalchemy.engine import URL, Connection, Engine
+from sqlalchemy.engine import URL, Connection, Engine, Result
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateColumn
 from sqlalchemy.sql import visitors
@@ -34,7 +35,7 @@ from ..records import Claimed, parse_refs
 if TYPE_CHECKING:
     from ..store.sql import Statements
 
-__all__ = ["Driver", "packets"]
+__all__ = ["CLAIMED_COLUMNS", "Driver", "packets"]
 
 log = logging.getLogger("dbexecutor.store")
 
@@ -338,12 +339,12 @@ class Driver:
         if self.update_returning:
             lease = sql.lease_picked_alone(scope) if alone else sql.lease_picked(scope)
             # RETURNING has no order: sort as the pick did.
-            leased = sorted(conn.execute(lease, params).all(), key=lambda r: (-r.priority, r.id))
-            return [_claimed(r, r.attempt) for r in leased]
-        picked = conn.execute(sql.pick_alone(scope) if alone else sql.pick(scope), params).all()
+            leased = sorted(_claimed_rows(conn.execute(lease, params)), key=lambda r: (-r[7], r[0]))
+            return [_claimed(r, 0) for r in leased]
+        picked = _claimed_rows(conn.execute(sql.pick_alone(scope) if alone else sql.pick(scope), params))
         if picked:
-            conn.execute(sql.lease_ids, {**params, "p_ids": [int(r.id) for r in picked]})
-        return [_claimed(r, r.attempt + 1) for r in picked]
+            conn.execute(sql.lease_ids, {**params, "p_ids": [int(r[0]) for r in picked]})
+        return [_claimed(r, 1) for r in picked]
 
     def finish_done(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float) -> set[int]:
         """Mark ``(id, attempt, result)`` done where that attempt still holds an active lease; the ids it finished.
@@ -411,8 +412,24 @@ class Driver:
         return ", ".join(f"'{s}'" for s in schema.ACTIVE_STATES)
 
 
-def _claimed(row: Any, attempt: int) -> Claimed:
-    return Claimed(int(row.id), attempt, row.payload, row.fn_name, row.timeout, parse_refs(row.arg_refs), row.retry_delay)
+#: What a claim reads of each row it leases (the claim's statements select these, in this order).
+CLAIMED_COLUMNS = ("id", "attempt", "payload", "fn_name", "timeout", "arg_refs", "retry_delay", "priority")
+
+
+def _claimed_rows(result: Result[Any]) -> list[tuple[Any, ...]]:
+    """The rows of a claim's ``result`` as plain tuples in :data:`CLAIMED_COLUMNS`' order.
+
+    A row's attributes are looked up by name on every access (5.6 us a
+    claimed job for the eight, here); positions found once per result are not.
+    """
+    keys = list(result.keys())
+    return list(map(itemgetter(*(keys.index(name) for name in CLAIMED_COLUMNS)), result))
+
+
+def _claimed(row: tuple[Any, ...], bump: int) -> Claimed:
+    """A :func:`_claimed_rows` row as held: its ``attempt`` plus ``bump`` (1 if leased after it was read)."""
+    job_id, attempt, payload, fn_name, timeout, refs, retry_delay, _ = row
+    return Claimed(int(job_id), attempt + bump, payload, fn_name, timeout, parse_refs(refs), retry_delay)
 
 
 def _counted_down(stmt: Update, jobs: Table, k: Any) -> Update:

@@ -14,6 +14,7 @@ from sqlalchemy import Integer, Select, Update, exists, func, select, update
 from sqlalchemy.sql.util import ClauseAdapter
 
 from ... import schema
+from ...dialects.base import CLAIMED_COLUMNS
 from .base import StatementsBase, _p
 
 __all__ = ["ClaimStatements"]
@@ -132,7 +133,7 @@ class ClaimStatements(StatementsBase):
     @staticmethod
     def _claimed_columns(j: Any) -> tuple[Any, ...]:
         """What a claim reads of each row it leases."""
-        return (j.c.id, j.c.attempt, j.c.payload, j.c.fn_name, j.c.timeout, j.c.arg_refs, j.c.retry_delay, j.c.priority)
+        return tuple(j.c[name] for name in CLAIMED_COLUMNS)
 
     def _lease(self) -> Update:
         j = self.tables.jobs
