@@ -13,8 +13,8 @@ the web UI read is in :mod:`~dbexecutor.readmodels`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import states
@@ -107,6 +107,12 @@ class NewJob:
     def leasable(self) -> bool:
         """Whether the row could be leased by the statement that inserts it (no upstream, no key, not a batch)."""
         return not self.deps and self.key is None and not self.batch
+
+    def renamed(self, named: Mapping[Dep, Dep]) -> NewJob:
+        """This job with each upstream in ``named`` (in its deps and its refs) replaced by what it maps to; itself if none is."""
+        if not named:
+            return self
+        return replace(self, deps=tuple(named.get(d, d) for d in self.deps), refs=tuple(named.get(d, d) for d in self.refs))
 
 
 @dataclass(slots=True)

@@ -22,7 +22,6 @@ so the whole chain goes in with one commit instead of one per link.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -73,11 +72,7 @@ def resolve_deps(job: NewJob, positions: dict[Any, int]) -> NewJob:
             error = fut.exception(timeout=0) if fut.done() and not fut.cancelled() else None
             why = f": {error}" if error is not None else (" (cancelled)" if fut.cancelled() else "")
             raise NotWritten(f"upstream {fut!r} of this {job.fn_name} job was never stored{why}")
-    if not named:
-        return job
-    return dataclasses.replace(
-        job, deps=tuple(named.get(d, d) for d in job.deps), refs=tuple(named.get(d, d) for d in job.refs)
-    )
+    return job.renamed(named)
 
 
 class SubmitQueue:

@@ -16,7 +16,6 @@ the claim could only have picked them.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from typing import Any, NamedTuple
 
 from sqlalchemy import Connection
@@ -316,15 +315,13 @@ def _named(job: NewJob, ids: Sequence[int], known: int | None = None) -> NewJob:
     if not job.deps:
         return job
     known = len(ids) if known is None else known
-    named: dict[Dep, int] = {}
+    named: dict[Dep, Dep] = {}
     for d in job.deps:
         if type(d) is Earlier:
             if d.index >= known:
                 raise ValueError(f"job {d.index} of this write is not inserted before the job that depends on it")
             named[d] = ids[d.index]
-    if not named:
-        return job
-    return replace(job, deps=tuple(named.get(d, d) for d in job.deps), refs=tuple(named.get(d, d) for d in job.refs))
+    return job.renamed(named)
 
 
 def arrival_notice(ctx: Context, conn: Connection, jobs: Sequence[NewJob], now: float) -> str | None:
