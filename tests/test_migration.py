@@ -60,7 +60,7 @@ def _upgraded_from(db: Any, version: int) -> Store:
     """Open the tables (which upgrades them) and check they came from ``version`` and are now current."""
     upgraded = db.store()
     assert upgraded.schema_report is not None and upgraded.schema_report.upgraded_from == version
-    assert upgraded.schema_version() == schema.SCHEMA_VERSION
+    assert upgraded.console.schema_version() == schema.SCHEMA_VERSION
     return upgraded
 
 
@@ -247,7 +247,7 @@ def test_a_version_6_database_gets_the_partial_state_index(db):
         if where:
             spelled = str(next(iter(where.values())))
             assert all(f"'{state}'" in spelled for state in schema.LISTED_STATES) and "'done'" not in spelled, spelled
-        page = upgraded.job_page(JobFilter(states=("failed",)))
+        page = upgraded.console.job_page(JobFilter(states=("failed",)))
         assert [j.id for j in page.jobs] == [failed.job_id]
     finally:
         upgraded.close()

@@ -71,7 +71,7 @@ def test_pages_of_jobs_are_read_through_indexes(db, store):
     }
     # ``age``: may sort what an index range found (a unique key, or an age range the planner finds small).
     for name, (f, before, age) in cases.items():
-        plan = store.explain_page(f, before=before)
+        plan = store.console.explain_page(f, before=before)
         lines = "\n".join(plan)
         if db.kind == "postgresql":
             assert f"Seq Scan on {table}" not in lines, (name, lines)
@@ -100,15 +100,15 @@ def test_pages_of_jobs_are_read_through_indexes(db, store):
     failed = [i for i in range(ROWS) if i % 97 == 0]
     seen, before = [], None
     while True:
-        page = store.job_page(JobFilter(states=("failed",)), before=before, limit=50)
+        page = store.console.job_page(JobFilter(states=("failed",)), before=before, limit=50)
         seen += [j.id for j in page.jobs]
         if page.older is None:
             break
         before = page.older
     assert len(seen) == len(failed) and seen == sorted(seen, reverse=True)
     # And back: the page newer than the last one's first row is the one before it.
-    last = store.job_page(JobFilter(states=("failed",)), before=seen[-60], limit=50)
-    back = store.job_page(JobFilter(states=("failed",)), after=last.newer, limit=50)
+    last = store.console.job_page(JobFilter(states=("failed",)), before=seen[-60], limit=50)
+    back = store.console.job_page(JobFilter(states=("failed",)), after=last.newer, limit=50)
     assert last.newer == seen[-59] and [j.id for j in back.jobs] == seen[-109:-59]
 
 
@@ -118,19 +118,19 @@ def test_keyset_pages_cover_a_filter_exactly_once(db, store):
     assert [f.result(timeout=T) for f in futs] == [i + 1 for i in range(23)]
     want = sorted((f.job_id for i, f in enumerate(futs) if i % 2), reverse=True)
     f = JobFilter(group="g1", function="jobs.add", exact_function=True)
-    first = store.job_page(f, limit=5)
+    first = store.console.job_page(f, limit=5)
     assert first.newer is None and [j.id for j in first.jobs] == want[:5]
     pages, page = [first], first
     while page.older is not None:
-        page = store.job_page(f, before=page.older, limit=5)
+        page = store.console.job_page(f, before=page.older, limit=5)
         pages.append(page)
     assert [j.id for p in pages for j in p.jobs] == want
     assert pages[-1].older is None and pages[1].newer == want[5]
-    again = store.job_page(f, after=pages[1].newer, limit=5)  # the "newer" link of page 2 shows page 1
+    again = store.console.job_page(f, after=pages[1].newer, limit=5)  # the "newer" link of page 2 shows page 1
     assert [j.id for j in again.jobs] == want[:5] and again.newer is None
-    assert store.job_page(JobFilter(function="add"), limit=100).jobs  # a substring, as `list --function`
-    assert store.job_page(JobFilter(function="add", exact_function=True), limit=100).jobs == []
-    assert "jobs.add" in store.recent_functions()
+    assert store.console.job_page(JobFilter(function="add"), limit=100).jobs  # a substring, as `list --function`
+    assert store.console.job_page(JobFilter(function="add", exact_function=True), limit=100).jobs == []
+    assert "jobs.add" in store.console.recent_functions()
     assert [j for p in pages for j in p.jobs][0].group == "g1"
 
 
@@ -141,7 +141,7 @@ def test_throughput_eta_and_overview(db, store):
         ex.submit(jobs.fail, "no").result(timeout=T)
     later = [ex.options(delay=3600).submit(jobs.add, 1, i) for i in range(4)]
     ex.flush()
-    view = store.overview()
+    view = store.console.overview()
     flow = view.throughput
     assert len(flow.done) == 15 and flow.done[-1] == 12 and flow.failed[-1] == 1 and sum(flow.done[:-1]) == 0
     assert abs(flow.since + 15 * flow.bucket - view.now) < 1e-6
@@ -153,7 +153,7 @@ def test_throughput_eta_and_overview(db, store):
     with store.engine.begin() as conn:
         j = store.tables.jobs
         conn.execute(j.update().values(finished_at=j.c.finished_at - 7200).where(j.c.finished_at.is_not(None)))
-    assert store.overview().eta is None
+    assert store.console.overview().eta is None
 
 
 def test_graph_of_a_batch_a_chain_and_keys(db, store):
@@ -164,18 +164,18 @@ def test_graph_of_a_batch_a_chain_and_keys(db, store):
     with ex.batch() as batch:
         kids = [batch.submit(jobs.square, i) for i in range(4)]
     assert c.result(timeout=T) == 5 and batch.result(timeout=T) == [0, 1, 4, 9]
-    chain = store.graph(job_id=b.job_id)
+    chain = store.console.graph(job_id=b.job_id)
     assert {n.id for n in chain.nodes} == {a.job_id, b.job_id, c.job_id}
     assert set(chain.edges) == {(a.job_id, b.job_id), (b.job_id, c.job_id), (a.job_id, c.job_id)}
     assert not chain.truncated and {n.state for n in chain.nodes} == {"done"}
-    whole = store.graph(job_id=batch.job_id)
+    whole = store.console.graph(job_id=batch.job_id)
     assert {n.id for n in whole.nodes} == {batch.job_id, *(k.job_id for k in kids)}
     assert [n.batch for n in whole.nodes if n.id == batch.job_id] == [True]
-    keyed = store.graph(key_prefix=f"{db.prefix}etl:")
+    keyed = store.console.graph(key_prefix=f"{db.prefix}etl:")
     assert {n.id for n in keyed.nodes} == {a.job_id, b.job_id, c.job_id}
-    small = store.graph(job_id=batch.job_id, limit=3)
+    small = store.console.graph(job_id=batch.job_id, limit=3)
     assert small.truncated and len(small.nodes) == 3
-    assert store.graph(job_id=987654).nodes == []
+    assert store.console.graph(job_id=987654).nodes == []
 
 
 def test_bulk_operations_walk_the_matching_jobs(db, store):
@@ -185,36 +185,36 @@ def test_bulk_operations_walk_the_matching_jobs(db, store):
     for f in bad + [other]:
         with pytest.raises(jobs.CustomError):
             f.result(timeout=T)
-    revived, refused = store.retry_matching(JobFilter(states=("failed",), group="bulk"), 0, batch=3)
+    revived, refused = store.console.retry_matching(JobFilter(states=("failed",), group="bulk"), 0, batch=3)
     assert sorted(revived) == sorted(f.job_id for f in bad) and refused == {}
     assert db.row(other.job_id).state == "failed"
     for f in bad:
         assert isinstance(ex.future(f.job_id).exception(timeout=T), jobs.CustomError)
     held = [ex.options(group="later", delay=3600).submit(jobs.add, i, 1) for i in range(5)]
     ex.flush()
-    stopped = store.stop_matching(JobFilter(group="later"), running=False, batch=2)
+    stopped = store.console.stop_matching(JobFilter(group="later"), running=False, batch=2)
     assert stopped.cancelled == sorted(f.job_id for f in held) and stopped.terminating == []
     assert {db.row(f.job_id).state for f in held} == {"cancelled"}
 
 
 def test_health_report(db, store):
-    report = store.health()
+    report = store.console.health()
     assert report.schema_current and report.runnable_groups == [] and report.starved == []
     store.insert_jobs([NewJob("tests.f", b"x", ())], store.now())
     store.configure_group("paused", limit=0)
     store.insert_jobs([NewJob("tests.f", b"x", (), group="paused")], store.now())
-    report = store.health()
+    report = store.console.health()
     assert report.runnable_groups == ["default"] and report.starved == ["default"]  # a paused group starves nobody
     me = Registration(hosts.owner_name(), "worker", hosts.hostname(), __import__("os").getpid(), hosts.process_started(), "test", 2)
     store.register(me, 30.0)
-    report = store.health()
+    report = store.console.health()
     assert report.workers_alive == 1 and report.starved == []
     submitter = Registration(hosts.owner_name(), "submitter", hosts.hostname(), __import__("os").getpid(), hosts.process_started(), "t", 0)
     store.unregister(me.name)
     store.register(submitter, 30.0)
-    assert store.health().starved == ["default"]  # a submit-only process runs nothing
+    assert store.console.health().starved == ["default"]  # a submit-only process runs nothing
     meta = store.tables.meta
     with store.engine.begin() as conn:
         conn.execute(meta.update().where(meta.c.name == "schema_version").values(value=str(schema.SCHEMA_VERSION - 1)))
-    report = store.health()
+    report = store.console.health()
     assert not report.schema_current and report.schema_version == schema.SCHEMA_VERSION - 1

@@ -52,7 +52,7 @@ class _DatabaseCollector:
 
         up = GaugeMetricFamily("dbexecutor_database_up", "1 if the last scrape could read the database, else 0")
         try:
-            view = self.store.overview(running_limit=0)
+            view = self.store.console.overview(running_limit=0)
         except DBAPIError:
             up.add_metric([], 0)
             yield up

@@ -59,7 +59,7 @@ def cmd_workers(store: Store, args: argparse.Namespace, out: TextIO) -> int:
 
 def cmd_health(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     """``health``: exit 0 if the schema is current and a live worker serves ready work; 4 or 5 with the reason if not."""
-    report = store.health()
+    report = store.console.health()
     data = {"database": masked_url(store.url), "prefix": store.prefix, "reachable": True, **report.as_dict()}
     if not report.schema_current:
         status, why = EXIT_SCHEMA, (

@@ -48,7 +48,7 @@ def cmd_group(store: Store, args: argparse.Namespace, out: TextIO) -> int:
 
 
 def _list_groups(store: Store, args: argparse.Namespace, out: TextIO) -> int:
-    counts = store.status(running_limit=0).groups
+    counts = store.console.status(running_limit=0).groups
     groups = store.groups()
     rows = [_group_dict(g, counts[g.name].as_dict() if g.name in counts else {s: 0 for s in schema.ALL_STATES}) for g in groups]
     if args.json:

@@ -47,7 +47,7 @@ def _ids(args: argparse.Namespace, exactly_one: bool = False) -> list[int]:
 def cmd_list(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     """``list``: jobs matching the filters, newest first (exit 1 if none)."""
     now = store.now()
-    found = store.list_jobs(_filter(store, args), limit=args.limit)
+    found = store.console.list_jobs(_filter(store, args), limit=args.limit)
     rows = [r.as_dict() for r in found]
     if args.json:
         _json(rows, out)
@@ -78,7 +78,7 @@ def _signature(store: Store, blob: bytes | None, context: bytes) -> str:
 
 def show_data(store: Store, job_id: int) -> dict[str, Any] | None:
     """What ``show --json`` prints for one job (and the UI's job page shows); None if there is no such job."""
-    detail = store.job_detail(job_id)
+    detail = store.console.job_detail(job_id)
     if detail is None:
         return None
     return {
@@ -146,7 +146,7 @@ def cmd_retry(store: Store, args: argparse.Namespace, out: TextIO) -> int:
     if ids:
         revived, refused = store.retry(ids, args.retries, store.now())
     elif _filtered(args):
-        revived, refused = store.retry_matching(_filter(store, args, default_states=(schema.FAILED,)), args.retries)
+        revived, refused = store.console.retry_matching(_filter(store, args, default_states=(schema.FAILED,)), args.retries)
     else:
         raise UsageError("retry needs job ids, or filters: --failed, --state, --group, --function")
     if args.json:
@@ -173,7 +173,7 @@ def cmd_cancel(store: Store, args: argparse.Namespace, out: TextIO) -> int:
         if ids:
             request = store.request_stop(ids)
         else:
-            request = store.stop_matching(_filter(store, args, default_states=schema.PENDING_STATES + schema.ACTIVE_STATES))
+            request = store.console.stop_matching(_filter(store, args, default_states=schema.PENDING_STATES + schema.ACTIVE_STATES))
     else:
         if args.state and set(args.state) - set(schema.PENDING_STATES):
             raise UsageError("only waiting or ready jobs can be cancelled; add --running to stop running ones")
@@ -186,7 +186,7 @@ def cmd_cancel(store: Store, args: argparse.Namespace, out: TextIO) -> int:
                     missed[jid] = "no such job" if row is None else f"it is {row.state}; only waiting or ready jobs can be cancelled (--running stops running ones)"
             request = StopRequest(cancelled, [], missed)
         else:
-            request = store.stop_matching(_filter(store, args, default_states=schema.PENDING_STATES), running=False)
+            request = store.console.stop_matching(_filter(store, args, default_states=schema.PENDING_STATES), running=False)
     if args.json:
         _json(request.as_dict(), out)
     else:

@@ -14,7 +14,7 @@ from .format import _age, _bar, _json, _percent, _table
 
 
 def _status_data(store: Store) -> dict[str, Any]:
-    data = store.overview().as_dict()
+    data = store.console.overview().as_dict()
     data["database"] = masked_url(store.url)
     data["prefix"] = store.prefix
     return data

@@ -14,7 +14,8 @@
       ├─ leases                  renew, release, reclaim
       ├─ reads                   what executors read back
       ├─ control                 progress of running jobs, stopping them where they run
-      └─ admin                   what operators read and change
+      ├─ admin                   what operators read and change
+      └─ console.Console         the operators' front (``store.console``): their reads and bulk actions
 
 Each state change is a conditional ``UPDATE``: writes on behalf of an attempt
 are fenced by ``(id, attempt)`` and an active state (``transitions``), so an
@@ -30,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
+from functools import cached_property
 from typing import Any
 
 from sqlalchemy import Connection, inspect
@@ -39,24 +41,12 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from .. import schema, serialization
 from ..dialects import Driver, resolve
 from ..errors import ConfigurationError
-from ..readmodels import (
-    ExecutorInfo,
-    GroupInfo,
-    HealthReport,
-    JobDetail,
-    JobFilter,
-    JobGraph,
-    JobPage,
-    JobProgress,
-    JobSummary,
-    Overview,
-    StatusReport,
-    StopRequest,
-)
+from ..readmodels import ExecutorInfo, GroupInfo, JobProgress, StopRequest
 from ..records import Claimed, Final, Finished, NewJob, Registration, Renewal, Report, Submitted
 from .. import hosts
 from . import admin, claim, control, dag, finish, fleet, leases, migrations, reads, submit
 from .clock import Clock
+from .console import Console
 from .context import Context
 from .database import MAX_TRIES, Database, Hold, masked_url
 from .migrations import SchemaReport
@@ -688,40 +678,6 @@ class Store:
         request, _ = self._txn(lambda conn: control.request_stop(self.ctx, conn, job_ids, self.now()))
         return request  # type: ignore[no-any-return]
 
-    def retry_matching(self, f: JobFilter, retries: int, batch: int = 500) -> tuple[dict[int, str], dict[int, str]]:
-        """:meth:`retry` every job matching ``f`` (only failed or cancelled ones can be), ``batch`` per transaction."""
-        revived: dict[int, str] = {}
-        refused: dict[int, str] = {}
-        for ids in self._walk(f, batch):
-            got, why = self.retry(ids, retries, self.now())
-            revived.update(got)
-            refused.update(why)
-        return revived, {i: w for i, w in refused.items() if i not in revived}
-
-    def stop_matching(self, f: JobFilter, *, running: bool = True, batch: int = 500) -> StopRequest:
-        """:meth:`request_stop` (or, not ``running``, :meth:`cancel`) for every job matching ``f``, ``batch`` per transaction."""
-        cancelled: set[int] = set()
-        terminating: list[int] = []
-        refused: dict[int, str] = {}
-        for ids in self._walk(f, batch):
-            if not running:
-                done = {x.job_id for x in self.cancel(ids, self.now())}
-                cancelled |= done
-                refused.update({i: "it started meanwhile" for i in ids if i not in done})
-                continue
-            got = self.request_stop(ids)
-            cancelled.update(got.cancelled)
-            terminating += got.terminating
-            refused.update(got.refused)
-        return StopRequest(sorted(cancelled), sorted(terminating), {i: w for i, w in refused.items() if i not in cancelled})
-
-    def _walk(self, f: JobFilter, batch: int) -> Any:
-        """The ids matching ``f``, oldest first, ``batch`` at a time (each read after the previous batch was acted on)."""
-        after: int | None = None
-        while ids := self._read(admin.matching_ids, f, after, batch):
-            yield ids
-            after = ids[-1]
-
     # -- reads ----------------------------------------------------------------------------------------
 
     def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -759,92 +715,18 @@ class Store:
         """Ids of every job in ``state``, oldest first."""
         return self._read(reads.ids_in_state, state)  # type: ignore[no-any-return]
 
-    # -- operators ------------------------------------------------------------------------------------
-
-    def status(self, now: float | None = None, running_limit: int = 50) -> StatusReport:
-        """Counts per state, queue and group, the running jobs (and whether their executor lives), the oldest ready job (ages at ``now``, default the server's now)."""
-        return self._read(  # type: ignore[no-any-return]
-            admin.status, self.now() if now is None else now, hosts.hostname(), hosts.process_alive, running_limit
-        )
-
-    def overview(self, running_limit: int = 50) -> Overview:
-        """Status, group settings, throughput over the last minutes, an ETA for what is queued, live executors."""
-        host = hosts.hostname()
-
-        def work(conn: Connection) -> Overview:
-            now = self.now()
-            report = admin.status(self.ctx, conn, now, host, hosts.process_alive, running_limit)
-            rate_of = admin.throughput(self.ctx, conn, now)
-            live = sum(1 for e in fleet.listed(self.ctx, conn, now, host, hosts.process_alive) if e.alive)
-            c = report.states
-            queued = c.waiting + c.ready + c.leased + c.running
-            rate = rate_of.rate(5)  # the last five minutes: recent enough to follow a change of pace
-            eta = queued / rate if queued and rate > 0 else None
-            return Overview(report, admin.groups(self.ctx, conn), rate_of, queued, eta, live, now)
-
-        return self._txn(work, read_only=True)  # type: ignore[no-any-return]
-
-    def list_jobs(self, f: JobFilter | None = None, *, limit: int = 100, **filters: Any) -> list[JobSummary]:
-        """Jobs matching ``f`` (or the keyword filters, the fields of :class:`JobFilter`), newest first."""
-        f = f if f is not None else JobFilter(**filters)
-        return self._read(admin.list_jobs, f, limit)  # type: ignore[no-any-return]
-
-    def job_page(
-        self, f: JobFilter | None = None, *, before: int | None = None, after: int | None = None, limit: int = 50
-    ) -> JobPage:
-        """A page of jobs matching ``f``, newest first, older than id ``before`` or newer than id ``after``."""
-        f = f if f is not None else JobFilter()
-        return self._txn(  # type: ignore[no-any-return]
-            lambda conn: admin.job_page(self.ctx, conn, f, before=before, after=after, limit=limit), read_only=True
-        )
-
-    def explain_page(self, f: JobFilter, *, before: int | None = None, limit: int = 50) -> list[str]:
-        """The database's plan for the statement of :meth:`job_page` (for tests and tuning)."""
-        flags, params = admin._filter_params(f)
-        if before is not None:
-            flags["before"], params["p_before"] = True, before
-        params["p_limit"] = limit + 1
-        stmt = self.ctx.sql.list_jobs(**flags)
-        return self._txn(lambda conn: self.driver.explain(conn, stmt, params))  # type: ignore[no-any-return]
-
-    def recent_functions(self, scan: int = 5000) -> list[str]:
-        """The function names among the newest ``scan`` jobs, sorted."""
-        return self._read(admin.recent_functions, scan)  # type: ignore[no-any-return]
-
-    def graph(self, *, job_id: int | None = None, key_prefix: str | None = None, limit: int = 300) -> JobGraph:
-        """The jobs connected to a job, or to the jobs whose key starts with ``key_prefix`` (see :func:`admin.graph`)."""
-        return self._txn(  # type: ignore[no-any-return]
-            lambda conn: admin.graph(self.ctx, conn, job_id=job_id, key_prefix=key_prefix, limit=limit), read_only=True
-        )
-
     def progress(self, job_id: int) -> JobProgress | None:
         """What job ``job_id`` last said about its progress (None: nothing yet, or no such job)."""
         return self._read(control.progress, job_id)  # type: ignore[no-any-return]
 
-    def schema_version(self) -> int | None:
-        """The schema version the tables record (None: no tables, or none recorded)."""
-        if not self.schema_present():
-            return None
-        return self._read(admin.schema_version)  # type: ignore[no-any-return]
+    # -- operators ------------------------------------------------------------------------------------
 
-    def health(self) -> HealthReport:
-        """The schema version, the groups with work that could start now (not paused), and the live workers."""
-        version = self.schema_version()
-        if version != schema.SCHEMA_VERSION:
-            return HealthReport(version, schema.SCHEMA_VERSION, [], 0)
-        host = hosts.hostname()
+    @cached_property
+    def console(self) -> Console:
+        """What operators read and do across the whole database (:class:`~dbexecutor.store.console.Console`)."""
+        return Console(self)
 
-        def work(conn: Connection) -> HealthReport:
-            now = self.now()
-            groups = admin.runnable_unpaused(self.ctx, conn, now)
-            alive = [e for e in fleet.listed(self.ctx, conn, now, host, hosts.process_alive) if e.alive and e.slots > 0]
-            return HealthReport(version, schema.SCHEMA_VERSION, groups, len(alive))
-
-        return self._txn(work, read_only=True)  # type: ignore[no-any-return]
-
-    def job_detail(self, job_id: int) -> JobDetail | None:
-        """Everything about one job: its row (pickles included), its edges both ways, and its attempts."""
-        return self._read(admin.job_detail, job_id)  # type: ignore[no-any-return]
+    # -- retention ------------------------------------------------------------------------------------
 
     def purge_batch(self, cutoff: float, limit: int = 500) -> int:
         """Delete up to ``limit`` finished jobs that finished before ``cutoff`` (see :func:`admin.purge_batch`)."""

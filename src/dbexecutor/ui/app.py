@@ -112,10 +112,10 @@ def create_app(store: Store, *, token: str | None = None, refresh: float = 2.0, 
     # -- reads ------------------------------------------------------------------------------------
 
     def overview(request: Request) -> Response:
-        return html(pages.overview_page(view(request), shared.get("overview", store.overview)))
+        return html(pages.overview_page(view(request), shared.get("overview", store.console.overview)))
 
     def api_overview(request: Request) -> Response:
-        return JSONResponse(shared.get("overview", store.overview).as_dict())
+        return JSONResponse(shared.get("overview", store.console.overview).as_dict())
 
     def _filters(request: Request) -> tuple[dict[str, str], JobFilter, int | None, int | None]:
         q = request.query_params
@@ -146,8 +146,8 @@ def create_app(store: Store, *, token: str | None = None, refresh: float = 2.0, 
             given, f, before, after = _filters(request)
         except _BadRequest as error:
             return html(pages.message_page(view(request), "Bad filter", str(error)), 400)
-        page = shared.get(("page", f, before, after), lambda: store.job_page(f, before=before, after=after, limit=_PAGE))
-        functions = shared.get("functions", store.recent_functions)
+        page = shared.get(("page", f, before, after), lambda: store.console.job_page(f, before=before, after=after, limit=_PAGE))
+        functions = shared.get("functions", store.console.recent_functions)
         return html(pages.jobs_page(view(request), page, given, store.groups(), functions, store.now()))
 
     def api_jobs(request: Request) -> Response:
@@ -155,7 +155,7 @@ def create_app(store: Store, *, token: str | None = None, refresh: float = 2.0, 
             _, f, before, after = _filters(request)
         except _BadRequest as error:
             return JSONResponse({"error": str(error)}, status_code=400)
-        return JSONResponse(store.job_page(f, before=before, after=after, limit=_PAGE).as_dict())
+        return JSONResponse(store.console.job_page(f, before=before, after=after, limit=_PAGE).as_dict())
 
     def _job_info(request: Request) -> dict[str, Any] | None:
         from ..cli import show_data
@@ -178,9 +178,9 @@ def create_app(store: Store, *, token: str | None = None, refresh: float = 2.0, 
         job_text = request.query_params.get("job", "").strip()
         key = request.query_params.get("key", "").strip()
         if job_text.isdigit():
-            return store.graph(job_id=int(job_text)), job_text, key
+            return store.console.graph(job_id=int(job_text)), job_text, key
         if key:
-            return store.graph(key_prefix=key), job_text, key
+            return store.console.graph(key_prefix=key), job_text, key
         return None, job_text, key
 
     def graph(request: Request) -> Response:
