@@ -156,8 +156,9 @@ class Store:
         if not (force or clock.due):
             return
         with self.engine.connect() as conn:
-            # Autocommit: each reading is one round trip, with no transaction around it.
-            conn = conn.execution_options(isolation_level="AUTOCOMMIT")
+            # Autocommit: each reading is one round trip, with no transaction around it. A read
+            # (SQLite: a deferred BEGIN, not the write lock, which a busy or frozen writer may hold).
+            conn = conn.execution_options(isolation_level="AUTOCOMMIT", dbexecutor_read_only=True)
             clock.sync(lambda: self.driver.server_time(conn))
 
     def retry_later(self, error: DBAPIError) -> bool:
