@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -73,6 +74,32 @@ def _signal_tree(pid: int, sig: int) -> None:
             pass
 
 
+def _freeze_between_transactions(db: Any, pid: int, tries: int = 200) -> None:
+    """SIGSTOP the process tree of ``pid`` at a moment it holds no write lock.
+
+    On SQLite a process frozen inside a write transaction (a lease renewal,
+    a poll that writes) holds the file's one write lock: nobody could take
+    its job over, whatever the leases say (as ``test_job_transactions``
+    skips for SQLite). On the servers a transaction locks rows, and the
+    executor's are short; there it is frozen wherever it is.
+    """
+    for _ in range(tries):
+        _signal_tree(pid, signal.SIGSTOP)
+        if db.kind != "sqlite":
+            return
+        probe = sqlite3.connect(db.url.removeprefix("sqlite:///"), timeout=0.2, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return
+        except sqlite3.OperationalError:
+            _signal_tree(pid, signal.SIGCONT)  # frozen mid-write: let it finish, and try again
+            time.sleep(0.01)
+        finally:
+            probe.close()
+    raise AssertionError(f"could not freeze process {pid} outside a write transaction in {tries} tries")
+
+
 def _driver(db: Any, tmp_path: Path, name: str, *args: Any, **options: Any) -> tuple[subprocess.Popen[bytes], str]:
     log = str(tmp_path / f"{name}.log")
     opts = {**db.options, "max_workers": 1, **options}
@@ -122,7 +149,7 @@ def test_a_worker_whose_clock_runs_behind_rescues_a_frozen_executors_job_within_
     try:
         _wait_for(lambda: _lines(record), T, "the job starting", log)
         # Frozen, not dead: its process exists, so only its lapsed lease can tell.
-        _signal_tree(frozen.pid, signal.SIGSTOP)
+        _freeze_between_transactions(db, frozen.pid)
         stopped = time.monotonic()
         worker = start_worker(db, str(tmp_path / "behind.log"), "--max-workers", "1", env=_shifted(tmp_path, -90))
         # A worker 90 s behind would think the lease had 93 s left; on the server's clock it has ttl.
