@@ -3,7 +3,7 @@
 The scheduler offers ``hold_writes()`` (queued submits stay queued until the
 block ends), ``pace`` (run-time and transaction-time averages a test can pin)
 and ``is_alive()`` / ``join()`` (its thread); ``slow_lease_renewal`` and
-``slow_dispatch`` slow one step of its tick. This is the one place that
+``slow_ticks`` slow one step of its tick. This is the one place that
 knows where an executor keeps it.
 """
 
@@ -38,18 +38,23 @@ def slow_lease_renewal(ex: DBExecutor, seconds: float) -> None:
     upkeep.renew_leases = slowed  # type: ignore[method-assign]
 
 
-def slow_dispatch(ex: DBExecutor, seconds: float) -> None:
-    """From now on, each tick sleeps ``seconds`` before it hands claimed jobs out (after its write, outside the writer).
+def slow_ticks(ex: DBExecutor, seconds: float) -> None:
+    """From now on, each tick sleeps ``seconds`` before its write (holding nothing, the writer free).
 
     A submitting thread writes its own backlog only when it finds the writer
     free; on a fast machine the loop's back-to-back ticks could take every
-    job before a backlog formed. This gives a submit loop that window.
+    job before a backlog formed. A tick that slept after its write was not
+    enough: started on the first two submits, its write waited for the GIL
+    that the submit loop kept (about 5 ms a hand-over), held the writer
+    while all 300 went in (13 ms), and the submitting thread never found it
+    free (1 run in 12 on PostgreSQL). Asleep before it takes anything, the
+    loop leaves every submit loop its window first.
     """
     commit = scheduler_of(ex)._commit
-    real = commit.dispatch_claimed
+    real = commit.write_and_claim
 
     def slowed() -> None:
         time.sleep(seconds)
         real()
 
-    commit.dispatch_claimed = slowed  # type: ignore[method-assign]
+    commit.write_and_claim = slowed  # type: ignore[method-assign]

@@ -20,7 +20,7 @@ from sqlalchemy.exc import OperationalError
 import jobs
 from dbexecutor import DBExecutor
 from dbexecutor import submitqueue
-from seams import scheduler_of, slow_dispatch
+from seams import scheduler_of, slow_ticks
 from test_faults import _kill, _start_driver, _tail
 
 T = 60
@@ -337,7 +337,7 @@ def test_a_submitting_thread_writes_its_own_backlog_on_a_server(db, monkeypatch)
     monkeypatch.setattr(submitqueue, "BACKLOG", 16)
     ex = db.executor(2)
     by_thread = _inserts_by_thread(ex, monkeypatch)
-    slow_dispatch(ex, 0.03)
+    slow_ticks(ex, 0.03)
     futs = [ex.submit(jobs.identity, i) for i in range(600)]
     assert [f.result(timeout=T) for f in futs] == list(range(600))
     assert [f.job_id for f in futs] == sorted(f.job_id for f in futs), "ids follow submission order"
@@ -377,7 +377,7 @@ def test_a_backlog_the_database_cannot_take_now_is_left_to_the_loop(db, monkeypa
         return real(jobs_, *args, **kwargs)
 
     monkeypatch.setattr(store, "insert_jobs", insert_jobs)
-    slow_dispatch(ex, 0.03)
+    slow_ticks(ex, 0.03)
     futs = [ex.submit(jobs.identity, i) for i in range(200)]
     assert [f.result(timeout=T) for f in futs] == list(range(200))
     assert _stored_ids(db) == [f.job_id for f in futs]
@@ -399,7 +399,7 @@ def test_a_backlog_with_dependencies_is_left_to_the_loop(db, monkeypatch):
     assert [f.result(timeout=T) for f in futs] == list(range(300))
     assert by_thread[me] == 0, by_thread
     # Once the loop has taken them, a backlog of independent jobs goes in from here again.
-    slow_dispatch(ex, 0.03)
+    slow_ticks(ex, 0.03)
     more = [ex.submit(jobs.identity, i) for i in range(300)]
     assert [f.result(timeout=T) for f in more] == list(range(300))
     assert (by_thread[me] == 0) == (db.kind == "sqlite"), by_thread
