@@ -17,8 +17,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import threading
-from operator import itemgetter
 from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from sqlalchemy import ColumnElement, FromClause, Insert, Select, Table, Update, and_, bindparam, case, func, insert, select, tuple_, update
