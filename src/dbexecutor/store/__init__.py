@@ -220,7 +220,9 @@ class Store:
 
     def schema_present(self) -> bool:
         """Whether this prefix's tables exist (read-only commands refuse to run without them)."""
-        return bool(inspect(self.engine).has_table(self.tables.jobs.name))
+        with self.engine.connect() as conn:
+            # A read (SQLite: a deferred BEGIN, not a wait for the write lock a writer may hold).
+            return bool(inspect(conn.execution_options(dbexecutor_read_only=True)).has_table(self.tables.jobs.name))
 
     def drop_schema(self) -> None:
         """Drop this prefix's tables (tests and tooling)."""
