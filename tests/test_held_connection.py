@@ -83,24 +83,24 @@ def test_a_failed_transaction_gives_up_the_held_connection(db):
     store = db.store()
     try:
         with store.holding_connection():
-            first = store._txn(_connection)
-            assert store._txn(_connection) is first  # held
+            first = store.transaction(_connection)
+            assert store.transaction(_connection) is first  # held
             # Read-only and one-write transactions too: the thread never holds two connections.
-            assert store._txn(_connection, read_only=True) is first
-            assert store._txn(_connection, one_write=True) is first
+            assert store.transaction(_connection, read_only=True) is first
+            assert store.transaction(_connection, one_write=True) is first
             # A read-only transaction says so (SQLite then takes no write lock), for itself only.
-            assert store._txn(_read_only, read_only=True) is True
-            assert not store._txn(_read_only)
+            assert store.transaction(_read_only, read_only=True) is True
+            assert not store.transaction(_read_only)
 
             def fails(conn: Any) -> None:
                 conn.execute(text("SELECT 1"))
                 raise ValueError("the work failed")
 
             with pytest.raises(ValueError):
-                store._txn(fails)
-            second = store._txn(_connection)
+                store.transaction(fails)
+            second = store.transaction(_connection)
             assert second is not first and first.closed  # given up, and a fresh one after the failure
-            assert store._txn(_connection) is second
+            assert store.transaction(_connection) is second
         assert second.closed  # back to the pool when the thread stops holding
     finally:
         store.close()
@@ -137,13 +137,13 @@ def test_a_hold_outlives_its_block_until_released(db):
     try:
         hold = store.new_hold(autocommit=True)
         with store.holding_connection(hold):
-            first = store._txn(_connection, one_write=True)
+            first = store.transaction(_connection, one_write=True)
         assert not first.closed  # kept for the next block that names it
         with store.holding_connection(hold):
-            assert store._txn(_connection, one_write=True) is first
+            assert store.transaction(_connection, one_write=True) is first
             # Several writes take a connection of their own where the hold is in autocommit,
             # and run on the hold where it is not (there it is a plain hold).
-            several = store._txn(_connection)
+            several = store.transaction(_connection)
             assert (several is first) is not store.driver.autocommits_one_write
         store.release_hold(hold)
         assert first.closed

@@ -339,11 +339,11 @@ class Driver:
         if self.update_returning:
             lease = sql.lease_picked_alone(scope) if alone else sql.lease_picked(scope)
             # RETURNING has no order: sort as the pick did.
-            leased = sorted(_claimed_rows(conn.execute(lease, params)), key=lambda r: (-r[7], r[0]))
+            leased = sorted(_claimed_rows(conn.execute(lease, params)), key=_claim_order)
             return [_claimed(r, 0) for r in leased]
         picked = _claimed_rows(conn.execute(sql.pick_alone(scope) if alone else sql.pick(scope), params))
         if picked:
-            conn.execute(sql.lease_ids, {**params, "p_ids": [int(r[0]) for r in picked]})
+            conn.execute(sql.lease_ids, {**params, "p_ids": [int(r[_ID]) for r in picked]})
         return [_claimed(r, 1) for r in picked]
 
     def finish_done(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]], now: float) -> set[int]:
@@ -424,6 +424,14 @@ def _claimed_rows(result: Result[Any]) -> list[tuple[Any, ...]]:
     """
     keys = list(result.keys())
     return list(map(itemgetter(*(keys.index(name) for name in CLAIMED_COLUMNS)), result))
+
+
+_PRIORITY, _ID = CLAIMED_COLUMNS.index("priority"), CLAIMED_COLUMNS.index("id")
+
+
+def _claim_order(row: tuple[Any, ...]) -> tuple[int, int]:
+    """A :func:`_claimed_rows` row's place in the claim's order: highest priority first, then oldest (lowest id)."""
+    return -row[_PRIORITY], row[_ID]
 
 
 def _claimed(row: tuple[Any, ...], bump: int) -> Claimed:

@@ -32,7 +32,7 @@ from collections.abc import Callable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from contextlib import AbstractContextManager
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, inspect
 from sqlalchemy.engine import URL, Engine
@@ -53,6 +53,8 @@ from .migrations import SchemaReport
 from .sql import DEFAULT_SCOPE, Scope, Statements
 
 __all__ = ["Store", "SchemaReport", "masked_url", "worker_name"]
+
+T = TypeVar("T")
 
 
 def worker_name(pid: int) -> str:
@@ -189,12 +191,21 @@ class Store:
         """Give ``hold``'s connection back to the pool."""
         self._db.release(hold)
 
-    def _txn(
-        self, work: Callable[[Connection], Any], *, read_only: bool = False, tries: int = MAX_TRIES, one_write: bool = False
-    ) -> Any:
+    def transaction(
+        self, work: Callable[[Connection], T], *, read_only: bool = False, tries: int = MAX_TRIES, one_write: bool = False
+    ) -> T:
+        """Run ``work(conn)`` in one transaction, tried again on a transient error; what it returns.
+
+        Every operation of the store, and of its :attr:`console`, goes
+        through here: the held connection or the pool's, the retries, and
+        the notifications the transaction owes, sent once it committed.
+        ``read_only``: no write lock is taken (SQLite) and nothing is
+        notified; ``one_write``: ``work`` sends a single write, which may
+        run in autocommit where the database makes that cheaper.
+        """
         unsent = self.ctx.unsent()
 
-        def attempt(conn: Connection) -> Any:
+        def attempt(conn: Connection) -> T:
             unsent.clear()  # a transaction tried again notifies afresh
             return work(conn)
 
@@ -210,12 +221,12 @@ class Store:
 
     def ensure_schema(self) -> SchemaReport:
         """Create the tables if missing, upgrade older versions, refuse newer ones (safe when processes race)."""
-        return self._txn(lambda conn: migrations.ensure_schema(self.ctx, conn))  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: migrations.ensure_schema(self.ctx, conn))
 
     def migrate(self) -> SchemaReport:
         """:meth:`ensure_schema`, then the indexes a later release added to existing tables."""
         report = self.ensure_schema()
-        report.created_indexes = self._txn(lambda conn: migrations.create_missing_indexes(self.ctx, conn))
+        report.created_indexes = self.transaction(lambda conn: migrations.create_missing_indexes(self.ctx, conn))
         return report
 
     def schema_present(self) -> bool:
@@ -240,13 +251,13 @@ class Store:
 
     def configure_group(self, name: str, *, weight: int | None = None, limit: Any = KEEP) -> GroupInfo:
         """Create or change a group: its weight, and its limit (``None``: unlimited) unless left out."""
-        info: GroupInfo = self._txn(lambda conn: admin.configure_group(self.ctx, conn, name, weight, limit))
+        info: GroupInfo = self.transaction(lambda conn: admin.configure_group(self.ctx, conn, name, weight, limit))
         self.ctx.groups_seen[name] = info.weight
         return info
 
     def groups(self) -> list[GroupInfo]:
         """Every group, by name."""
-        return self._txn(lambda conn: admin.groups(self.ctx, conn), read_only=True)  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: admin.groups(self.ctx, conn), read_only=True)
 
     # -- submit ---------------------------------------------------------------------------------------
 
@@ -256,17 +267,17 @@ class Store:
         A batch (``job.batch``) whose children have all finished is rolled up at once.
         """
         try:
-            out, groups = self._txn(lambda conn: submit.insert_job(self.ctx, conn, job, now))
+            out, groups = self.transaction(lambda conn: submit.insert_job(self.ctx, conn, job, now))
         except IntegrityError:
             if job.key is None:
                 raise
             # Another process inserted the same key between our lookup and insert.
-            found = self._txn(lambda conn: submit.by_key(self.ctx, conn, job.key), read_only=True)  # type: ignore[arg-type]
+            found = self.transaction(lambda conn: submit.by_key(self.ctx, conn, job.key), read_only=True)  # type: ignore[arg-type]
             if found is None:
                 raise
-            return found  # type: ignore[no-any-return]
+            return found
         submit.groups_done(self.ctx, groups)
-        return out  # type: ignore[no-any-return]
+        return out
 
     def insert_jobs(self, jobs: Sequence[NewJob], now: float) -> list[Submitted]:
         """Insert many rows without keys in one transaction; rows in input order."""
@@ -280,9 +291,9 @@ class Store:
             submit.notify_changes(self.ctx, conn, jobs, out, now, carried=notice)
             return out, groups
 
-        out, groups = self._txn(work, one_write=submit.one_write(self.ctx, jobs))
+        out, groups = self.transaction(work, one_write=submit.one_write(self.ctx, jobs))
         submit.groups_done(self.ctx, groups)
-        return out  # type: ignore[no-any-return]
+        return out
 
     def insert_leasing(self, job: NewJob, now: float, owner: str, ttl: float, scope: Scope) -> tuple[Submitted, list[Claimed]]:
         """Insert one job, leased to ``owner`` if nothing else in ``scope`` could be claimed before it; the row and its claim.
@@ -305,7 +316,7 @@ class Store:
 
         # One statement where the insert reads back what it wrote (RETURNING), as a durable submit's plain insert.
         one = submit.one_write(ctx, [job]) and self.driver.insert_returning
-        row, groups = self._txn(work, one_write=one)
+        row, groups = self.transaction(work, one_write=one)
         submit.groups_done(ctx, groups)
         return row, submit.leased_on_insert([job], [row])
 
@@ -319,7 +330,7 @@ class Store:
         """
         if self._database_identity is None:
             # Read-only: on SQLite the caller's transaction may hold the write lock already.
-            self._database_identity = self._txn(self.driver.database_identity, read_only=True)
+            self._database_identity = self.transaction(self.driver.database_identity, read_only=True)
         key = "dbexecutor.database_identity"
         theirs = conn.info.get(key)
         if theirs is None:
@@ -376,13 +387,13 @@ class Store:
 
     def existing(self, job_ids: Sequence[int]) -> set[int]:
         """Which of ``job_ids`` have a committed row."""
-        return self._read(reads.existing, job_ids)  # type: ignore[no-any-return]
+        return self.read(reads.existing, job_ids)
 
     # -- claim and the scheduler's tick ---------------------------------------------------------------
 
     def runnable_groups(self, now: float, scope: Scope = DEFAULT_SCOPE) -> list[str]:
         """Names of the groups with runnable work in ``scope`` (a read that takes no write lock)."""
-        return self._txn(lambda conn: claim.runnable_groups(self.ctx, conn, now, scope), read_only=True)  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: claim.runnable_groups(self.ctx, conn, now, scope), read_only=True)
 
     def claim(
         self,
@@ -417,7 +428,7 @@ class Store:
             return got, drained
 
         out: list[Claimed]
-        out, drained = self._txn(work)
+        out, drained = self.transaction(work)
         self.ctx.backlog = len(out) >= limit
         self.drained = drained
         return out
@@ -499,7 +510,7 @@ class Store:
             return inserted, done, claimed, groups, drained
 
         before, self.drained = self.drained, False  # until the commit says otherwise
-        inserted, done, claimed, groups, drained = self._txn(work)
+        inserted, done, claimed, groups, drained = self.transaction(work)
         submit.groups_done(ctx, groups)
         # A hint only (other processes add work too): whether runnable rows
         # are likely left, so that the next burst need not look.
@@ -538,7 +549,7 @@ class Store:
                 "alone": self.driver.explain(conn, alone, params),
             }
 
-        return self._txn(work)  # type: ignore[no-any-return]
+        return self.transaction(work)
 
     # -- leases ---------------------------------------------------------------------------------------
 
@@ -561,7 +572,7 @@ class Store:
         """
         if not held:
             return Renewal()
-        return self._txn(lambda conn: leases.renew(self.ctx, conn, held, started, ttl, now, progress), tries=3)  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: leases.renew(self.ctx, conn, held, started, ttl, now, progress), tries=3)
 
     def heartbeat(self, job_id: int, attempt: int, ttl: float, now: float) -> bool:
         """Renew the lease of ``(job_id, attempt)`` and mark it running; False if the lease is gone."""
@@ -573,15 +584,15 @@ class Store:
 
     def release(self, job_id: int, attempt: int) -> bool:
         """Give back a claimed job that never started (its child could not start); False if not held."""
-        return self._txn(lambda conn: leases.release(self.ctx, conn, job_id, attempt))  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: leases.release(self.ctx, conn, job_id, attempt))
 
     def reclaim_expired(self, now: float) -> list[int]:
         """Put jobs whose lease expired (their executor or child died) back to ``ready``."""
-        return self._txn(lambda conn: leases.reclaim_expired(self.ctx, conn, now))  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: leases.reclaim_expired(self.ctx, conn, now))
 
     def release_running(self, held: Sequence[tuple[int, int, float | None]], worker: str, now: float, why: str) -> list[int]:
         """Put jobs a stopping worker still holds back to ``ready``; ids released (see :func:`leases.release_held`)."""
-        return self._txn(lambda conn: leases.release_held(self.ctx, conn, held, worker, now, why))  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: leases.release_held(self.ctx, conn, held, worker, now, why))
 
     # -- the registry of executors --------------------------------------------------------------------
 
@@ -597,7 +608,7 @@ class Store:
             fleet.register(self.ctx, conn, reg, ttl, self.now())
             self.ctx.hello(conn)
 
-        self._txn(work)
+        self.transaction(work)
         self.ctx.owner = reg.name
 
     def forget_peers(self) -> None:
@@ -625,35 +636,35 @@ class Store:
                 fleet.register(self.ctx, conn, reg, ttl, now)
             return leases.renew(self.ctx, conn, held, started, ttl, now, progress) if held else Renewal()
 
-        return self._txn(work, tries=3)  # type: ignore[no-any-return]
+        return self.transaction(work, tries=3)
 
     def unregister(self, name: str) -> None:
         """The executor ``name`` stopped (its row stays a while, for ``dbexecutor workers``)."""
-        self._txn(lambda conn: fleet.stop(self.ctx, conn, name, self.now()))
+        self.transaction(lambda conn: fleet.stop(self.ctx, conn, name, self.now()))
 
     def executors(self) -> list[ExecutorInfo]:
         """Every registered executor, newest first, alive or dead, with the jobs it holds."""
-        return self._txn(  # type: ignore[no-any-return]
+        return self.transaction(
             lambda conn: fleet.listed(self.ctx, conn, self.now(), hosts.hostname(), hosts.process_alive), read_only=True
         )
 
     def rescue_dead_here(self) -> dict[str, list[int]]:
         """Rescue the jobs of executors on this machine whose process is gone: ``{name: job ids}``."""
         # A read first (on SQLite a write transaction takes the one write lock): usually nobody died.
-        dead = self._txn(
+        dead = self.transaction(
             lambda conn: fleet.dead_here(self.ctx, conn, hosts.hostname(), hosts.process_alive), read_only=True
         )
         if not dead:
             return {}
-        return self._txn(lambda conn: fleet.rescue(self.ctx, conn, dead, self.now()))  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: fleet.rescue(self.ctx, conn, dead, self.now()))
 
     def forget_dead(self, keep: float) -> int:
         """Delete registrations dead for longer than ``keep`` seconds that hold no job; how many."""
-        return self._txn(lambda conn: fleet.forget(self.ctx, conn, self.now() - keep))  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: fleet.forget(self.ctx, conn, self.now() - keep))
 
     def wake_addresses(self) -> dict[str, str]:
         """``{name: host:port}`` of every live executor that a datagram wakes."""
-        return self._txn(lambda conn: fleet.wake_addresses(self.ctx, conn, self.now()), read_only=True)  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: fleet.wake_addresses(self.ctx, conn, self.now()), read_only=True)
 
     # -- cancel and retry -----------------------------------------------------------------------------
 
@@ -665,11 +676,11 @@ class Store:
             self.ctx.notify(conn, finished=[f.job_id for f in finals])
             return finals
 
-        return self._txn(work)  # type: ignore[no-any-return]
+        return self.transaction(work)
 
     def retry(self, job_ids: Sequence[int], retries: int, now: float) -> tuple[dict[int, str], dict[int, str]]:
         """Put failed or cancelled jobs back to ``ready`` (or ``waiting``), with their dependents (see :func:`dag.revive`)."""
-        return self._txn(lambda conn: dag.revive(self.ctx, conn, job_ids, retries, now))  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: dag.revive(self.ctx, conn, job_ids, retries, now))
 
     def request_stop(self, job_ids: Sequence[int]) -> StopRequest:
         """Cancel the given jobs that have not started, and have the running ones terminated where they run.
@@ -678,49 +689,50 @@ class Store:
         job's process tree and records it ``cancelled`` (an attempt row says
         ``terminated``); its dependents are cancelled with it.
         """
-        request, _ = self._txn(lambda conn: control.request_stop(self.ctx, conn, job_ids, self.now()))
-        return request  # type: ignore[no-any-return]
+        request, _ = self.transaction(lambda conn: control.request_stop(self.ctx, conn, job_ids, self.now()))
+        return request
 
     # -- reads ----------------------------------------------------------------------------------------
 
-    def _read(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return self._txn(lambda conn: fn(self.ctx, conn, *args), read_only=True)
+    def read(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(ctx, conn, *args)`` in a read-only transaction: one of the store modules' reads."""
+        return self.transaction(lambda conn: fn(self.ctx, conn, *args), read_only=True)
 
     def finals(self, job_ids: Sequence[int]) -> list[Final]:
         """The given jobs that are in a final state, with their result or exception."""
-        return self._read(reads.finals, job_ids)  # type: ignore[no-any-return]
+        return self.read(reads.finals, job_ids)
 
     def results(self, job_ids: Sequence[int]) -> dict[int, bytes]:
         """Result pickles of done jobs (the inputs of a job whose payload refers to them)."""
-        return self._read(reads.results, job_ids)  # type: ignore[no-any-return]
+        return self.read(reads.results, job_ids)
 
     def upstream_results(self, job_ids: Sequence[int]) -> dict[int, dict[int, bytes]]:
         """For each of ``job_ids``, the results of its done upstream jobs (rows that did not record ``arg_refs``)."""
-        return self._read(reads.upstream_results, job_ids)  # type: ignore[no-any-return]
+        return self.read(reads.upstream_results, job_ids)
 
     def job(self, job_id: int) -> Final | None:
         """One job's state (with its result or exception if final), or None if there is no such job."""
-        return self._read(reads.job, job_id)  # type: ignore[no-any-return]
+        return self.read(reads.job, job_id)
 
     def job_id_for_key(self, key: str) -> int | None:
         """The id of the job with ``key``, or None."""
-        return self._read(reads.job_id_for_key, key)  # type: ignore[no-any-return]
+        return self.read(reads.job_id_for_key, key)
 
     def count_states(self) -> dict[str, int]:
         """Number of jobs per state."""
-        return self._read(reads.count_states)  # type: ignore[no-any-return]
+        return self.read(reads.count_states)
 
     def unfinished(self) -> list[int]:
         """Ids of every job that is not in a final state, oldest first."""
-        return self._read(reads.unfinished)  # type: ignore[no-any-return]
+        return self.read(reads.unfinished)
 
     def ids_in_state(self, state: str) -> list[int]:
         """Ids of every job in ``state``, oldest first."""
-        return self._read(reads.ids_in_state, state)  # type: ignore[no-any-return]
+        return self.read(reads.ids_in_state, state)
 
     def progress(self, job_id: int) -> JobProgress | None:
         """What job ``job_id`` last said about its progress (None: nothing yet, or no such job)."""
-        return self._read(control.progress, job_id)  # type: ignore[no-any-return]
+        return self.read(control.progress, job_id)
 
     # -- operators ------------------------------------------------------------------------------------
 
@@ -733,7 +745,7 @@ class Store:
 
     def purge_batch(self, cutoff: float, limit: int = 500) -> int:
         """Delete up to ``limit`` finished jobs that finished before ``cutoff`` (see :func:`admin.purge_batch`)."""
-        return self._txn(lambda conn: admin.purge_batch(self.ctx, conn, cutoff, limit))  # type: ignore[no-any-return]
+        return self.transaction(lambda conn: admin.purge_batch(self.ctx, conn, cutoff, limit))
 
     def purge(self, cutoff: float, batch: int = 500) -> int:
         """:meth:`purge_batch` until nothing more goes; one transaction per batch. Returns the total."""

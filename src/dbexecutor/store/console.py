@@ -40,7 +40,7 @@ class Console:
 
     def status(self, now: float | None = None, running_limit: int = 50) -> StatusReport:
         """Counts per state, queue and group, the running jobs (and whether their executor lives), the oldest ready job (ages at ``now``, default the server's now)."""
-        return self._store._read(  # type: ignore[no-any-return]
+        return self._store.read(
             admin.status, self._store.now() if now is None else now, hosts.hostname(), hosts.process_alive, running_limit
         )
 
@@ -59,19 +59,19 @@ class Console:
             eta = queued / rate if queued and rate > 0 else None
             return Overview(report, admin.groups(self._store.ctx, conn), rate_of, queued, eta, live, now)
 
-        return self._store._txn(work, read_only=True)  # type: ignore[no-any-return]
+        return self._store.transaction(work, read_only=True)
 
     def list_jobs(self, f: JobFilter | None = None, *, limit: int = 100, **filters: Any) -> list[JobSummary]:
         """Jobs matching ``f`` (or the keyword filters, the fields of :class:`JobFilter`), newest first."""
         f = f if f is not None else JobFilter(**filters)
-        return self._store._read(admin.list_jobs, f, limit)  # type: ignore[no-any-return]
+        return self._store.read(admin.list_jobs, f, limit)
 
     def job_page(
         self, f: JobFilter | None = None, *, before: int | None = None, after: int | None = None, limit: int = 50
     ) -> JobPage:
         """A page of jobs matching ``f``, newest first, older than id ``before`` or newer than id ``after``."""
         f = f if f is not None else JobFilter()
-        return self._store._txn(  # type: ignore[no-any-return]
+        return self._store.transaction(
             lambda conn: admin.job_page(self._store.ctx, conn, f, before=before, after=after, limit=limit), read_only=True
         )
 
@@ -82,15 +82,15 @@ class Console:
             flags["before"], params["p_before"] = True, before
         params["p_limit"] = limit + 1
         stmt = self._store.ctx.sql.list_jobs(**flags)
-        return self._store._txn(lambda conn: self._store.driver.explain(conn, stmt, params))  # type: ignore[no-any-return]
+        return self._store.transaction(lambda conn: self._store.driver.explain(conn, stmt, params))
 
     def recent_functions(self, scan: int = 5000) -> list[str]:
         """The function names among the newest ``scan`` jobs, sorted."""
-        return self._store._read(admin.recent_functions, scan)  # type: ignore[no-any-return]
+        return self._store.read(admin.recent_functions, scan)
 
     def graph(self, *, job_id: int | None = None, key_prefix: str | None = None, limit: int = 300) -> JobGraph:
         """The jobs connected to a job, or to the jobs whose key starts with ``key_prefix`` (see :func:`admin.graph`)."""
-        return self._store._txn(  # type: ignore[no-any-return]
+        return self._store.transaction(
             lambda conn: admin.graph(self._store.ctx, conn, job_id=job_id, key_prefix=key_prefix, limit=limit), read_only=True
         )
 
@@ -98,7 +98,7 @@ class Console:
         """The schema version the tables record (None: no tables, or none recorded)."""
         if not self._store.schema_present():
             return None
-        return self._store._read(admin.schema_version)  # type: ignore[no-any-return]
+        return self._store.read(admin.schema_version)
 
     def health(self) -> HealthReport:
         """The schema version, the groups with work that could start now (not paused), and the live workers."""
@@ -113,11 +113,11 @@ class Console:
             alive = [e for e in fleet.listed(self._store.ctx, conn, now, host, hosts.process_alive) if e.alive and e.slots > 0]
             return HealthReport(version, schema.SCHEMA_VERSION, groups, len(alive))
 
-        return self._store._txn(work, read_only=True)  # type: ignore[no-any-return]
+        return self._store.transaction(work, read_only=True)
 
     def job_detail(self, job_id: int) -> JobDetail | None:
         """Everything about one job: its row (pickles included), its edges both ways, and its attempts."""
-        return self._store._read(admin.job_detail, job_id)  # type: ignore[no-any-return]
+        return self._store.read(admin.job_detail, job_id)
 
     # -- acting on every job a filter matches -------------------------------------------------------
 
@@ -151,6 +151,6 @@ class Console:
     def _walk(self, f: JobFilter, batch: int) -> Iterator[list[int]]:
         """The ids matching ``f``, oldest first, ``batch`` at a time (each read after the previous batch was acted on)."""
         after: int | None = None
-        while ids := self._store._read(admin.matching_ids, f, after, batch):
+        while ids := self._store.read(admin.matching_ids, f, after, batch):
             yield ids
             after = ids[-1]
