@@ -19,7 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, cast
 
 from sqlalchemy import ColumnElement, FromClause, Insert, Select, Table, Update, and_, bindparam, case, func, insert, select, tuple_, update
 from sqlalchemy.engine import URL, Connection, Engine, Result
@@ -35,7 +35,7 @@ from ..records import Claimed, parse_refs
 if TYPE_CHECKING:
     from ..store.sql import Statements
 
-__all__ = ["CLAIMED_COLUMNS", "Driver", "packets"]
+__all__ = ["CLAIMED_COLUMNS", "Driver", "Rows", "leased_from", "packets"]
 
 log = logging.getLogger("dbexecutor.store")
 
@@ -107,6 +107,10 @@ class Driver:
     #: loop doing both in turn. On a server that overlap is work on another core (+8% one-by-one
     #: submits on PostgreSQL and MariaDB here); SQLite takes writers in turn and gains nothing.
     submitters_write_backlog: ClassVar[bool] = False
+    #: :meth:`pipelined` sends its statements together and waits once (psycopg's pipeline mode),
+    #: so the scheduler's tick may send the statements that need none of each other's results
+    #: together: the finish, the count-down and the lease of a chain's link in one round trip.
+    pipelines: ClassVar[bool] = False
 
     def __init__(self, url: URL) -> None:
         self.url = url
@@ -189,6 +193,10 @@ class Driver:
         """``column`` is one of the ids bound to the parameter ``name`` (a list of ints at execution)."""
         return cast(ColumnElement[bool], column.in_(bindparam(name, expanding=True)))
 
+    def in_names(self, column: Any, name: str) -> ColumnElement[bool]:
+        """``column`` is one of the strings bound to the parameter ``name`` (a list at execution)."""
+        return cast(ColumnElement[bool], column.in_(bindparam(name, expanding=True)))
+
     def in_pairs(self, first: Any, second: Any, name: str) -> ColumnElement[bool]:
         """``(first, second)`` is one of the pairs bound by :meth:`pairs` as ``name``."""
         return cast(ColumnElement[bool], tuple_(first, second).in_(bindparam(name, expanding=True)))
@@ -243,6 +251,20 @@ class Driver:
         counts = select(edges.c.job_id, func.count().label("k")).group_by(edges.c.job_id).subquery("c")
         return _counted_down(update(jobs).where(jobs.c.id == counts.c.job_id, jobs.c.state == schema.WAITING), jobs, counts.c.k)
 
+    def count_down_finished(self, jobs: Table, deps: Table, name: str) -> Update:
+        """:meth:`count_down_returning` of the jobs that are done at the attempts bound by :meth:`pairs` as ``name``.
+
+        That is, of the jobs a finish earlier in the same transaction won (a
+        job whose lease was lost is done at another attempt, or not done):
+        the count-down need not wait for the finish's answer to be sent
+        (:meth:`pipelined`). Only where :attr:`update_returning`.
+        """
+        up = jobs.alias("up")
+        finished = select(up.c.id).where(self.in_pairs(up.c.id, up.c.attempt, name), up.c.state == schema.DONE)
+        edges = select(deps.c.job_id).where(deps.c.depends_on_id.in_(finished)).subquery("e")
+        counts = select(edges.c.job_id, func.count().label("k")).group_by(edges.c.job_id).subquery("c")
+        return _counted_down(update(jobs).where(jobs.c.id == counts.c.job_id, jobs.c.state == schema.WAITING), jobs, counts.c.k)
+
     def explain(self, conn: Connection, stmt: Any, params: dict[str, Any]) -> list[str]:
         """The query plan of ``stmt`` with ``params``, one text line per plan row."""
 
@@ -264,6 +286,19 @@ class Driver:
         return stmt
 
     # -- running statements -----------------------------------------------------------------------
+
+    def pipelined(self, conn: Connection, batch: Sequence[tuple[Any, dict[str, Any]]]) -> list[Rows]:
+        """Run each ``(statement, parameters)`` of ``batch`` in order, in the caller's transaction; their rows.
+
+        No statement may need another's result to be written. The base form
+        runs them one after another; where :attr:`pipelines`, they are sent
+        together and the database's answers read once.
+        """
+        out: list[Rows] = []
+        for stmt, params in batch:
+            result = conn.execute(stmt, params)
+            out.append(Rows(list(result.keys()), [tuple(r) for r in result]) if result.returns_rows else Rows([], []))
+        return out
 
     def executemany(
         self, conn: Connection, stmt: Any, params: Sequence[dict[str, Any]], columns: tuple[str, ...] | None = None
@@ -374,6 +409,18 @@ class Driver:
         instead of one: ``outcome`` if the row was finished, ``outcome_lost``
         if its attempt had lost the lease.
         """
+        stmt, params = self.finish_recording(conn, sql, rows, now, attempts)
+        return {int(i) for i in conn.execute(stmt, params).scalars()}
+
+    def finish_recording(
+        self,
+        conn: Connection,
+        sql: Statements,
+        rows: Sequence[tuple[int, int, bytes]],
+        now: float,
+        attempts: Sequence[dict[str, Any]],
+    ) -> tuple[Any, dict[str, Any]]:
+        """:meth:`finish_done_recording`'s statement and its parameters (the statement returns the ids it finished)."""
         raise NotImplementedError(f"{self.label} finishes and writes attempt rows one after the other")
 
     def finished_by(self, conn: Connection, sql: Statements, rows: Sequence[tuple[int, int, bytes]]) -> set[int]:
@@ -412,18 +459,30 @@ class Driver:
         return ", ".join(f"'{s}'" for s in schema.ACTIVE_STATES)
 
 
+class Rows(NamedTuple):
+    """What one statement of :meth:`Driver.pipelined` returned: its column names and its rows, as tuples."""
+
+    keys: list[str]
+    rows: list[tuple[Any, ...]]
+
+
 #: What a claim reads of each row it leases (the claim's statements select these, in this order).
 CLAIMED_COLUMNS = ("id", "attempt", "payload", "fn_name", "timeout", "arg_refs", "retry_delay", "priority")
 
 
-def _claimed_rows(result: Result[Any]) -> list[tuple[Any, ...]]:
+def _claimed_rows(result: Result[Any] | Rows) -> list[tuple[Any, ...]]:
     """The rows of a claim's ``result`` as plain tuples in :data:`CLAIMED_COLUMNS`' order.
 
     A row's attributes are looked up by name on every access (5.6 us a
     claimed job for the eight, here); positions found once per result are not.
     """
-    keys = list(result.keys())
-    return list(map(itemgetter(*(keys.index(name) for name in CLAIMED_COLUMNS)), result))
+    keys, rows = (result.keys, result.rows) if isinstance(result, Rows) else (list(result.keys()), result)
+    return list(map(itemgetter(*(keys.index(name) for name in CLAIMED_COLUMNS)), rows))
+
+
+def leased_from(rows: Rows) -> list[Claimed]:
+    """The jobs a lease statement returned (``UPDATE ... RETURNING``, through :meth:`Driver.pipelined`), in the claim's order."""
+    return [_claimed(r, 0) for r in sorted(_claimed_rows(rows), key=_claim_order)]
 
 
 _PRIORITY, _ID = CLAIMED_COLUMNS.index("priority"), CLAIMED_COLUMNS.index("id")

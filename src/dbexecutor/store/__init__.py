@@ -40,6 +40,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from .. import schema, serialization
 from ..dialects import Driver, resolve
+from ..dialects.base import leased_from
 from ..errors import ConfigurationError
 from ..readmodels import ExecutorInfo, GroupInfo, JobProgress, StopRequest
 from ..records import Claimed, Final, Finished, NewJob, Registration, Renewal, Report, Submitted
@@ -490,7 +491,16 @@ class Store:
                     inserted = submit.insert_many(ctx, conn, new, now, lease=(owner, ttl, limit))
                 else:
                     inserted = submit.insert_many(ctx, conn, new, now)
-            done = finish.finish(ctx, conn, reports, now) if reports else Finished()
+            ahead: list[Claimed] | None = None  # leased in the finish's pipeline ([]: tried, none)
+            if not new and finish.pipelinable(ctx, reports):
+                # A tick of successes only, where the database pipelines: the
+                # finish, the count-down and the lone group's lease in one
+                # round trip (a chain's link: the next link leased with it).
+                lease = claim.lease_ahead(ctx, owner, limit, ttl, now, scope)
+                done, leased = finish.finish_pipelined(ctx, conn, reports, now, lease)
+                ahead = leased_from(leased) if leased is not None else None
+            else:
+                done = finish.finish(ctx, conn, reports, now) if reports else Finished()
             # Rows that went in leased were the claim's only choice (nothing
             # else was runnable): then there is nothing more to claim.
             claimed = submit.leased_on_insert(new, inserted)
@@ -498,8 +508,12 @@ class Store:
             if claimed:
                 # In leased: nothing else was runnable; the whole burst leased leaves nothing.
                 drained = len(claimed) == len(new)
+            elif ahead:
+                claimed, drained = ahead, len(ahead) < limit
             elif limit > 0 and (look or new or made_runnable):
                 likely = made_runnable or ctx.backlog or any(s.state == schema.READY for s in inserted)
+                # The lone group's lease, sent ahead, leased nothing: the claim need not try it again.
+                likely = likely and ahead is None
                 claimed, drained = claim.claim(ctx, conn, owner, limit, ttl, now, scope, likely=likely)
             elif new or made_runnable:
                 drained = False  # not looked, and there may be runnable rows now

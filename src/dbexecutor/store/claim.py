@@ -30,7 +30,7 @@ from .context import Context
 from .fairshare import Allocation, GroupState, capacity
 from .sql import Scope
 
-__all__ = ["claim", "runnable_groups"]
+__all__ = ["claim", "lease_ahead", "runnable_groups"]
 
 
 def runnable_groups(ctx: Context, conn: Connection, now: float, scope: Scope) -> list[str]:
@@ -132,7 +132,24 @@ def _lease(
     *,
     alone: bool = False,
 ) -> list[Claimed]:
-    params: dict[str, Any] = {
-        "p_group": group, "p_now": now, "p_owner": owner, "p_expires": now + ttl, "p_limit": limit, **scope.params()
-    }
-    return ctx.driver.lease_rows(conn, ctx.sql, params, scope.key, alone=alone)
+    return ctx.driver.lease_rows(conn, ctx.sql, _lease_params(group, limit, owner, ttl, now, scope), scope.key, alone=alone)
+
+
+def _lease_params(group: str, limit: int, owner: str, ttl: float, now: float, scope: Scope) -> dict[str, Any]:
+    return {"p_group": group, "p_now": now, "p_owner": owner, "p_expires": now + ttl, "p_limit": limit, **scope.params()}
+
+
+def lease_ahead(ctx: Context, owner: str, limit: int, ttl: float, now: float, scope: Scope) -> tuple[Any, dict[str, Any]] | None:
+    """The statement :func:`claim` starts with when work is expected, to be sent ahead of the claim (``Driver.pipelined``).
+
+    The last claim of ``scope`` found one group without a limit: its best
+    rows, leased only if it is still the only choice. None if there is no
+    such group, no free slot, or no ``UPDATE ... RETURNING``. Its rows:
+    ``dialects.base.leased_from``; if it leased none, :func:`claim` with
+    ``likely=False`` does the rest.
+    """
+    lone = ctx.lone_group
+    if limit <= 0 or lone is None or lone[0] != scope or not ctx.driver.update_returning:
+        return None
+    params = _lease_params(lone[1], limit, owner, ttl, max(now, ctx.clock.now()), scope)
+    return ctx.sql.lease_picked_alone(scope.key), params

@@ -12,6 +12,7 @@ its children: the transaction that finishes its last child rolls it up to
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from sqlalchemy import Connection
 
@@ -24,6 +25,7 @@ __all__ = [
     "dependents",
     "inherited_failure",
     "release_dependents",
+    "released_by",
     "fail_dependents",
     "roll_up",
     "cancel",
@@ -118,18 +120,38 @@ def _release_returning(ctx: Context, conn: Connection, done_ids: Sequence[int], 
             ctx.driver.plan_for_many(conn)
         emptied: set[int] = set()  # batches with every child done
         for part in chunks(sorted(done_ids)):
-            for dep, is_batch, open_deps in conn.execute(ctx.sql.count_down_returning, {"p_ids": list(part)}):
-                found = True
-                if open_deps > 0:
-                    continue
-                if is_batch:
-                    emptied.add(int(dep))
-                else:
-                    released += 1
+            ready, full = _counted(conn.execute(ctx.sql.count_down_returning, {"p_ids": list(part)}).all())
+            found = found or ready is not None
+            released += ready or 0
+            emptied |= full
         rolled = roll_up(ctx, conn, sorted(emptied), now) if emptied else []
         finals += rolled
         done_ids = [f.job_id for f in rolled if f.state == schema.DONE]
     return released, finals, found
+
+
+def _counted(rows: Sequence[Sequence[Any]]) -> tuple[int | None, set[int]]:
+    """A count-down's returned ``(id, batch, open_deps)``: how many plain jobs became ready, and the batches now full.
+
+    None instead of the number if no row was counted down at all.
+    """
+    if not rows:
+        return None, set()
+    ready = sum(1 for _, is_batch, open_deps in rows if open_deps <= 0 and not is_batch)
+    return ready, {int(dep) for dep, is_batch, open_deps in rows if open_deps <= 0 and is_batch}
+
+
+def released_by(ctx: Context, conn: Connection, rows: Sequence[Sequence[Any]], now: float) -> tuple[int, list[Final]]:
+    """What a count-down sent ahead (``count_down_finished`` in a pipeline) did: as :func:`release_dependents`.
+
+    ``rows``: its returned ``(id, batch, open_deps)``. The batches it filled
+    are rolled up here, and their own dependents counted down.
+    """
+    ready, full = _counted(rows)
+    rolled = roll_up(ctx, conn, sorted(full), now) if full else []
+    more, finals = release_dependents(ctx, conn, [f.job_id for f in rolled if f.state == schema.DONE], now)
+    ctx.dependents_likely = ready is not None  # as the finished jobs themselves had dependents (the batches' aside)
+    return (ready or 0) + more, rolled + finals
 
 
 def roll_up(ctx: Context, conn: Connection, batch_ids: Sequence[int], now: float) -> list[Final]:

@@ -21,12 +21,13 @@ from sqlalchemy import Connection
 
 from .. import schema, serialization
 from ..errors import NotRunnable
+from ..dialects.base import Rows
 from ..records import Final, Finished, Report
 from . import control, dag
 from .context import Context
 from .transitions import AttemptRow, attempt_row, fenced, outcome_column, record_attempts
 
-__all__ = ["finish", "backoff"]
+__all__ = ["finish", "finish_pipelined", "pipelinable", "backoff"]
 
 
 def backoff(retry_delay: float, attempt: int) -> float:
@@ -108,6 +109,41 @@ def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float
         ctx, conn, [_attempt(rep, now, lost=rep.job_id in lost) for rep in reports if not (rep.ok and recorded)]
     )
     return out
+
+
+def pipelinable(ctx: Context, reports: Sequence[Report]) -> bool:
+    """Whether :func:`finish_pipelined` can record ``reports``: all successes their children did not commit, on a database that pipelines."""
+    return ctx.driver.pipelines and bool(reports) and all(r.ok and not r.finalized for r in reports)
+
+
+def finish_pipelined(
+    ctx: Context, conn: Connection, reports: Sequence[Report], now: float, then: tuple[Any, dict[str, Any]] | None = None
+) -> tuple[Finished, Rows | None]:
+    """:func:`finish` of successes (:func:`pipelinable`), sent with the count-down of their dependents, and ``then``, in one pipeline.
+
+    Three statements, one wait for the server: the finish with the attempt
+    rows, the count-down of the dependents of the jobs that finish won (the
+    statement reads which those are: ``count_down_finished``), and
+    ``then``, a statement that needs neither's answer (the claim's lease of
+    the next runnable rows, which then sees the dependents just released).
+    Returns what the reports changed, and ``then``'s rows.
+    """
+    reports = sorted(reports, key=lambda r: r.job_id)  # one lock order for every writer
+    rows = [(r.job_id, r.attempt, r.blob) for r in reports]
+    finish_stmt = ctx.driver.finish_recording(conn, ctx.sql, rows, now, [_both_outcomes(r, now) for r in reports])
+    batch = [finish_stmt, (ctx.sql.count_down_finished, ctx.driver.pairs("p_done", [(r.job_id, r.attempt) for r in reports]))]
+    if then is not None:
+        batch.append(then)
+    if len(reports) >= dag.MANY_IDS:
+        ctx.driver.plan_for_many(conn)
+    answers = ctx.driver.pipelined(conn, batch)
+    won = {int(r[0]) for r in answers[0].rows}
+    out = Finished()
+    out.finals = [Final(r.job_id, schema.DONE, r.blob) for r in reports if r.job_id in won]
+    out.lost = sorted({r.job_id for r in reports} - won)
+    out.released, rolled = dag.released_by(ctx, conn, answers[1].rows, now)
+    out.finals += rolled
+    return out, (answers[2] if then is not None else None)
 
 
 def _attempt(rep: Report, now: float, *, lost: bool) -> AttemptRow:

@@ -101,9 +101,9 @@ class StatementsBase:
         if scope is not None:
             every_queue, skip = scope
             if not every_queue:
-                cond = and_(cond, j.c.queue.in_(_p("queues", expanding=True)))
+                cond = and_(cond, self.driver.in_names(j.c.queue, "p_queues"))
             if skip:
-                cond = and_(cond, j.c.fn_name.not_in(_p("skip", expanding=True)))
+                cond = and_(cond, ~self.driver.in_names(j.c.fn_name, "p_skip"))
         return cond
 
     def _variant(self, name: str, scope: tuple[bool, bool], build: Any) -> Any:

@@ -51,6 +51,15 @@ class DagStatements(StatementsBase):
         return self.driver.count_down_returning(self.tables.jobs, self.tables.deps, "p_ids")
 
     @cached_property
+    def count_down_finished(self) -> Update:
+        """:attr:`count_down_returning` of the jobs done at the attempts bound as the pairs ``p_done`` (``Driver.pairs``).
+
+        The jobs the finish before it in the same transaction won, read by this
+        statement: sent with the finish in one pipeline, it needs nothing of its answer.
+        """
+        return self.driver.count_down_finished(self.tables.jobs, self.tables.deps, "p_done")
+
+    @cached_property
     def count_down_batches(self) -> Update:
         """Batches ``p_ids`` each had ``p_k`` children finish: count down (a batch stays waiting; it is rolled up)."""
         j = self.tables.jobs
