@@ -1,0 +1,112 @@
+"""Statements sent together (``Driver.pipelined``) and the tick that uses them.
+
+On PostgreSQL a batch of statements goes out in one psycopg pipeline and the
+answers are read at one sync; elsewhere they run one after another. Either
+way: in order, in the caller's transaction (each sees what the ones before
+it wrote), their rows returned with their column names, and an error raised
+as SQLAlchemy raises it, so that the store's retry can judge it, with
+nothing of the batch left once the transaction rolls back.
+
+A scheduler tick that only records successes sends its finish, the
+count-down of their dependents and the lone group's lease in one pipeline
+(``test_finish_rows.py`` checks the rows, lost leases included); here: that
+the lease sent ahead takes the dependent the count-down released, and that
+the claim still runs when it leased nothing.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from sqlalchemy import insert, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from dbexecutor import schema
+from dbexecutor.records import NewJob, Report
+
+
+def _meta_rows(store, conn):  # noqa: ANN001, ANN202
+    meta = store.tables.meta
+    return dict(conn.execute(select(meta.c.name, meta.c.value).where(meta.c.name.like("pipe%"))).all())
+
+
+def test_statements_run_in_order_in_the_callers_transaction(store):
+    meta = store.tables.meta
+    batch = [
+        (insert(meta), {"name": "pipe-a", "value": "1"}),
+        (update(meta).where(meta.c.name == "pipe-a").values(value="2"), {}),
+        (select(meta.c.name, meta.c.value).where(meta.c.name == "pipe-a"), {}),
+        (select(meta.c.value.label("v")).where(meta.c.name == "nothing"), {}),
+    ]
+    with store.engine.connect() as conn:
+        with conn.begin():
+            out = store.driver.pipelined(conn, batch)
+            assert [r.keys for r in out] == [[], [], ["name", "value"], ["v"]]
+            assert out[2].rows == [("pipe-a", "2")]  # the update before it is seen
+            assert out[3].rows == []
+        assert _meta_rows(store, conn) == {"pipe-a": "2"}  # committed with the transaction
+        conn.rollback()
+
+
+def test_an_error_is_raised_as_sqlalchemy_raises_it_and_the_batch_rolls_back(store):
+    meta = store.tables.meta
+    batch = [
+        (insert(meta), {"name": "pipe-b", "value": "1"}),
+        (insert(meta), {"name": "pipe-b", "value": "again"}),  # the primary key again
+        (update(meta).where(meta.c.name == "pipe-b").values(value="3"), {}),
+    ]
+    with store.engine.connect() as conn:
+        with pytest.raises(IntegrityError) as caught:
+            with conn.begin():
+                store.driver.pipelined(conn, batch)
+        assert isinstance(caught.value, DBAPIError) and caught.value.orig is not None
+        assert not store.driver.is_transient(caught.value)
+        assert _meta_rows(store, conn) == {}
+        conn.rollback()
+        # The connection is still good for the next transaction.
+        with conn.begin():
+            assert store.driver.pipelined(conn, [(select(meta.c.value).where(meta.c.name == "vtime"), {})])[0].rows == [("0",)]
+
+
+def _running(store, owner: str, n: int, now: float):  # noqa: ANN202
+    claimed = store.claim(owner, n, 30.0, now)
+    assert len(claimed) == n
+    return claimed
+
+
+def test_a_link_leases_the_next_one_in_its_tick(store, monkeypatch):
+    """A chain's link: finishing it releases the next, which the same tick leases (sent ahead on PostgreSQL)."""
+    now = time.time()
+    (first,) = store.insert_jobs([NewJob("tests.f", b"1", ())], now)
+    (second,) = store.insert_jobs([NewJob("tests.f", b"2", (first.job_id,))], now)
+    (c,) = _running(store, "owner-1", 1, now)  # also finds the lone group
+    assert c.job_id == first.job_id
+    sent: list[int] = []
+    pipelined = store.driver.pipelined
+    monkeypatch.setattr(store.driver, "pipelined", lambda conn, batch: sent.append(len(batch)) or pipelined(conn, batch))
+    _, done, claimed = store.finish_and_claim(
+        [Report(c.job_id, c.attempt, True, b"r1", "ok", ended_at=now)], "owner-1", 1, 30.0, now + 0.1
+    )
+    assert [f.job_id for f in done.finals] == [first.job_id] and done.released == 1
+    assert [x.job_id for x in claimed] == [second.job_id]
+    # Where the database pipelines: the finish, the count-down and the lease went together.
+    assert sent == ([3] if store.driver.pipelines else [])
+    j = store.tables.jobs
+    with store.engine.connect() as conn:
+        row = conn.execute(select(j.c.state, j.c.lease_owner, j.c.open_deps).where(j.c.id == second.job_id)).one()
+        conn.rollback()
+    assert tuple(row) == (schema.LEASED, "owner-1", 0)
+
+
+def test_when_the_lease_sent_ahead_takes_nothing_the_claim_still_runs(store):
+    """The lone group changed between ticks: the lease sent ahead leases nothing, the claim finds the other group."""
+    now = time.time()
+    (first,) = store.insert_jobs([NewJob("tests.f", b"1", ())], now)
+    (c,) = _running(store, "owner-1", 1, now)  # the lone group is "default"
+    (other,) = store.insert_jobs([NewJob("tests.f", b"o", (), group="other")], now)
+    _, done, claimed = store.finish_and_claim(
+        [Report(c.job_id, c.attempt, True, b"r1", "ok", ended_at=now)], "owner-1", 1, 30.0, now + 0.1
+    )
+    assert [f.job_id for f in done.finals] == [first.job_id]
+    assert [x.job_id for x in claimed] == [other.job_id]
