@@ -227,12 +227,29 @@ class PostgreSQLDriver(Driver):
         # committed while the finish waited for a row), rather than passed
         # in: sent in one pipeline with the finish, it cannot know which
         # leases were lost. A row finished by another attempt is not counted.
-        # One CTE, read three times (PostgreSQL materializes it once).
+        #
+        # The rows the finish won: one primary-key lookup per pair (LATERAL,
+        # kept from being flattened by OFFSET 0; as a join, the planner read
+        # the whole table for a few hundred ids, having no statistics), in a
+        # CTE read three times and materialized once. Each dependent's count
+        # checks its own edges (by the edges' primary key) against that set;
+        # with the set as "= ANY(array)" the planner, not knowing its size,
+        # probed the index once per element for every dependent (55 ms
+        # against 14 for 100 finished jobs of a random DAG).
+        pairs = func.unnest(
+            bindparam(f"{name}_1", type_=ARRAY(BigInteger)), bindparam(f"{name}_2", type_=ARRAY(BigInteger))
+        ).table_valued("a", "b").render_derived(name=name)
         up = jobs.alias("up")
-        finished = select(up.c.id).where(self.in_pairs(up.c.id, up.c.attempt, name), up.c.state == schema.DONE).cte("won")
+        one = (
+            select(up.c.id)
+            .where(up.c.id == pairs.c.a, up.c.attempt == pairs.c.b, up.c.state == schema.DONE)
+            .offset(literal_column("0"))
+            .lateral("f")
+        )
+        finished = select(one.c.id).select_from(pairs).join(one, true()).cte("won")
         ids = func.array(select(finished.c.id).scalar_subquery())
         dependents = self._edges_by_upstream(deps, ids, deps.c.job_id)
-        k = select(func.count()).where(deps.c.job_id == jobs.c.id, deps.c.depends_on_id == any_(ids)).scalar_subquery()
+        k = select(func.count()).where(deps.c.job_id == jobs.c.id, deps.c.depends_on_id.in_(select(finished.c.id))).scalar_subquery()
         waiting = jobs.c.state.is_not_distinct_from(literal_column(f"'{schema.WAITING}'"))
         return _counted_down(update(jobs).where(self.id_in(jobs.c.id, dependents), waiting).add_cte(finished), jobs, k)
 
