@@ -77,13 +77,12 @@ def _rows_by_id(store, ids):
 def test_finishing_upstreams_counts_down_their_dependents(store, likely):
     """Each dependent loses one open dependency per upstream finished; a lost lease counts nothing; a batch rolls up.
 
-    On PostgreSQL the finish and its attempt rows are one statement, and a
-    tick of successes sends it in one pipeline with the count-down, which
-    reads for itself which upstreams the finish won (u4's lost lease must
-    not count d3 down). Elsewhere the edges out are read, then counted down;
-    or, on SQLite when the last finished jobs had dependents (``likely``),
-    read and counted down by one ``UPDATE ... RETURNING``. The rows must say
-    the same.
+    On PostgreSQL the finish and its attempt rows are one statement. The
+    edges out are read, then counted down; or, when the last finished jobs
+    had dependents (``likely``), read and counted down by one ``UPDATE ...
+    RETURNING``: on SQLite after the finish has answered, on PostgreSQL sent
+    with it in one pipeline, reading for itself which upstreams the finish
+    won (u4's lost lease must not count d3 down). The rows must say the same.
     """
     now = time.time()
     ups = [s.job_id for s in store.insert_jobs([NewJob("tests.f", b"up %d" % i, ()) for i in range(4)], now)]
@@ -111,7 +110,7 @@ def test_finishing_upstreams_counts_down_their_dependents(store, likely):
     assert done.lost == [u4]
     # d1 became ready; d2 was only counted down, and d3's only upstream lost its
     # lease. With the edges read first the store does not tell d2 from d1.
-    returning = (likely and store.driver.update_returning) or store.driver.pipelines
+    returning = likely and store.driver.update_returning
     assert done.released == (1 if returning else 2)
     assert store.ctx.dependents_likely  # these jobs had dependents: the next finish expects some too
     assert {f.job_id: f.state for f in done.finals} == {u1: schema.DONE, u2: schema.DONE, u3: schema.DONE, b: schema.DONE}

@@ -76,12 +76,17 @@ def _running(store, owner: str, n: int, now: float):  # noqa: ANN202
 
 
 def test_a_link_leases_the_next_one_in_its_tick(store, monkeypatch):
-    """A chain's link: finishing it releases the next, which the same tick leases (sent ahead on PostgreSQL)."""
+    """A chain's link: finishing it releases the next, which the same tick leases (sent ahead on PostgreSQL).
+
+    Once the finished jobs had dependents: a finish of jobs without (the
+    other test) goes alone, and the edges out are read after it.
+    """
     now = time.time()
     (first,) = store.insert_jobs([NewJob("tests.f", b"1", ())], now)
     (second,) = store.insert_jobs([NewJob("tests.f", b"2", (first.job_id,))], now)
     (c,) = _running(store, "owner-1", 1, now)  # also finds the lone group
     assert c.job_id == first.job_id
+    store.ctx.dependents_likely = True  # as after a chain's first link
     sent: list[int] = []
     pipelined = store.driver.pipelined
     monkeypatch.setattr(store.driver, "pipelined", lambda conn, batch: sent.append(len(batch)) or pipelined(conn, batch))
@@ -110,3 +115,19 @@ def test_when_the_lease_sent_ahead_takes_nothing_the_claim_still_runs(store):
     )
     assert [f.job_id for f in done.finals] == [first.job_id]
     assert [x.job_id for x in claimed] == [other.job_id]
+
+
+def test_a_finish_of_jobs_without_dependents_goes_alone(store, monkeypatch):
+    """No dependents expected: the finish is sent alone (with the BEGIN, on PostgreSQL), the edges read after it."""
+    now = time.time()
+    (only,) = store.insert_jobs([NewJob("tests.f", b"1", ())], now)
+    (c,) = _running(store, "owner-1", 1, now)
+    assert not store.ctx.dependents_likely
+    sent: list[int] = []
+    pipelined = store.driver.pipelined
+    monkeypatch.setattr(store.driver, "pipelined", lambda conn, batch: sent.append(len(batch)) or pipelined(conn, batch))
+    _, done, claimed = store.finish_and_claim(
+        [Report(c.job_id, c.attempt, True, b"r1", "ok", ended_at=now)], "owner-1", 1, 30.0, now + 0.1, look=False
+    )
+    assert [f.job_id for f in done.finals] == [only.job_id] and done.released == 0 and claimed == []
+    assert sent == ([1] if store.driver.pipelines else [])

@@ -382,6 +382,8 @@ class PostgreSQLDriver(Driver):
         # connection invalidated), for the transaction's retry to judge.
         import psycopg
 
+        if not psycopg.Pipeline.is_supported():  # libpq before 14 (a psycopg without its binary package)
+            return super().pipelined(conn, batch)
         raw = cast(Any, conn.connection.dbapi_connection)
         sent = [(self._compiled(conn, stmt), params) for stmt, params in batch]
         cursors: list[Any] = []

@@ -496,7 +496,8 @@ class Store:
                 # A tick of successes only, where the database pipelines: the
                 # finish, the count-down and the lone group's lease in one
                 # round trip (a chain's link: the next link leased with it).
-                lease = claim.lease_ahead(ctx, owner, limit, ttl, now, scope)
+                # The lease goes ahead only with the count-down (see finish_pipelined).
+                lease = claim.lease_ahead(ctx, owner, limit, ttl, now, scope) if ctx.dependents_likely else None
                 done, leased = finish.finish_pipelined(ctx, conn, reports, now, lease)
                 ahead = leased_from(leased) if leased is not None else None
             else:

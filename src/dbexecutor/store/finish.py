@@ -119,21 +119,28 @@ def pipelinable(ctx: Context, reports: Sequence[Report]) -> bool:
 def finish_pipelined(
     ctx: Context, conn: Connection, reports: Sequence[Report], now: float, then: tuple[Any, dict[str, Any]] | None = None
 ) -> tuple[Finished, Rows | None]:
-    """:func:`finish` of successes (:func:`pipelinable`), sent with the count-down of their dependents, and ``then``, in one pipeline.
+    """:func:`finish` of successes (:func:`pipelinable`), with the statements that need none of its answer in one pipeline.
 
-    Three statements, one wait for the server: the finish with the attempt
-    rows, the count-down of the dependents of the jobs that finish won (the
-    statement reads which those are: ``count_down_finished``), and
-    ``then``, a statement that needs neither's answer (the claim's lease of
-    the next runnable rows, which then sees the dependents just released).
-    Returns what the reports changed, and ``then``'s rows.
+    Where the last finished jobs had dependents (:attr:`Context.dependents_likely`:
+    a chain, a DAG), three statements, one wait for the server: the finish
+    with the attempt rows, the count-down of the dependents of the jobs the
+    finish won (the statement reads which those are: ``count_down_finished``),
+    and ``then``, a statement that needs neither's answer (the claim's lease
+    of the next runnable rows, which then sees the dependents just
+    released). Otherwise the finish goes alone (with the transaction's
+    BEGIN), and the edges out are read first, as :func:`finish` does: for
+    jobs without dependents that read is the cheaper statement for the
+    server, and ``then`` must be None. Returns what the reports changed,
+    and ``then``'s rows.
     """
     reports = sorted(reports, key=lambda r: r.job_id)  # one lock order for every writer
     rows = [(r.job_id, r.attempt, r.blob) for r in reports]
-    finish_stmt = ctx.driver.finish_recording(conn, ctx.sql, rows, now, [_both_outcomes(r, now) for r in reports])
-    batch = [finish_stmt, (ctx.sql.count_down_finished, ctx.driver.pairs("p_done", [(r.job_id, r.attempt) for r in reports]))]
-    if then is not None:
-        batch.append(then)
+    batch = [ctx.driver.finish_recording(conn, ctx.sql, rows, now, [_both_outcomes(r, now) for r in reports])]
+    counted = ctx.dependents_likely
+    if counted:
+        batch.append((ctx.sql.count_down_finished, ctx.driver.pairs("p_done", [(r.job_id, r.attempt) for r in reports])))
+        if then is not None:
+            batch.append(then)
     if len(reports) >= dag.MANY_IDS:
         ctx.driver.plan_for_many(conn)
     answers = ctx.driver.pipelined(conn, batch)
@@ -141,9 +148,12 @@ def finish_pipelined(
     out = Finished()
     out.finals = [Final(r.job_id, schema.DONE, r.blob) for r in reports if r.job_id in won]
     out.lost = sorted({r.job_id for r in reports} - won)
-    out.released, rolled = dag.released_by(ctx, conn, answers[1].rows, now)
+    if counted:
+        out.released, rolled = dag.released_by(ctx, conn, answers[1].rows, now)
+    else:
+        out.released, rolled = dag.release_dependents(ctx, conn, sorted(won), now)
     out.finals += rolled
-    return out, (answers[2] if then is not None else None)
+    return out, (answers[2] if counted and then is not None else None)
 
 
 def _attempt(rep: Report, now: float, *, lost: bool) -> AttemptRow:
