@@ -131,3 +131,42 @@ def test_a_finish_of_jobs_without_dependents_goes_alone(store, monkeypatch):
     )
     assert [f.job_id for f in done.finals] == [only.job_id] and done.released == 0 and claimed == []
     assert sent == ([1] if store.driver.pipelines else [])
+
+
+def test_a_batch_that_opens_the_transaction_sends_its_begin_with_it(store, tmp_path):
+    """The batch is the transaction's first work: on PostgreSQL its BEGIN goes in the pipeline (one sync, one wait).
+
+    psycopg, left to begin the transaction itself, syncs after its BEGIN and
+    waits for the answer before the statements go. Everywhere: the batch is
+    in the transaction (a rollback undoes it), and the connection is back
+    to transactions afterwards (the next transaction's write rolls back too).
+    """
+    meta = store.tables.meta
+    batch = [(insert(meta), {"name": "pipe-c", "value": "1"}), (select(meta.c.value).where(meta.c.name == "pipe-c"), {})]
+    with store.engine.connect() as conn:
+        raw = conn.connection.dbapi_connection
+        trace = tmp_path / "libpq.trace"
+        with trace.open("w") as out:
+            if store.driver.pipelines:
+                raw.pgconn.trace(out.fileno())
+                raw.pgconn.set_trace_flags(3)  # no timestamps
+            try:
+                conn.begin()
+                assert store.driver.pipelined(conn, batch)[1].rows == [("1",)]
+                conn.rollback()
+            finally:
+                if store.driver.pipelines:
+                    raw.pgconn.untrace()
+        assert _meta_rows(store, conn) == {}
+        conn.rollback()
+        with conn.begin() as txn:
+            conn.execute(insert(meta), {"name": "pipe-d", "value": "1"})
+            txn.rollback()
+        assert _meta_rows(store, conn) == {}
+        conn.rollback()
+    if store.driver.pipelines:
+        sent = [line.split("\t")[2].strip() for line in trace.read_text().splitlines() if line.startswith("F\t")]
+        assert sent.count("Sync") == 1, sent
+        parsed = [line for line in trace.read_text().splitlines() if line.startswith("F\t") and "\tParse\t" in line]
+        assert "BEGIN" in parsed[0], parsed
+        assert not raw.autocommit

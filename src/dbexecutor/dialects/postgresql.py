@@ -370,7 +370,7 @@ class PostgreSQLDriver(Driver):
 
     def pipelined(self, conn: Connection, batch: Sequence[tuple[Any, dict[str, Any]]]) -> list[Rows]:
         # psycopg's pipeline mode: the statements (and the BEGIN before them,
-        # if the transaction has not started) go out together and the answers
+        # if the transaction has not started: _begin_here) go out together and the answers
         # are read at one sync, so the wait for the server is paid once. A
         # chain's link is three statements (the finish, the count-down, the
         # next link's lease): three waits of 0.3-0.7 ms in the scheduler's
@@ -388,9 +388,12 @@ class PostgreSQLDriver(Driver):
         sent = [(self._compiled(conn, stmt), params) for stmt, params in batch]
         cursors: list[Any] = []
         statement, values = "", {}
+        begin = _begin_here(raw)
         try:
             try:
                 with raw.pipeline():
+                    if begin is not None:
+                        raw.execute(begin)
                     for (statement, compiled), params in sent:
                         values = compiled.construct_params(params)
                         # SQLAlchemy's own conversions on the way in (its ARRAY's: a sequence to a list).
@@ -403,6 +406,10 @@ class PostgreSQLDriver(Driver):
                 return [Rows([c.name for c in cur.description], cur.fetchall()) if cur.description else Rows([], [])
                         for cur in cursors]
             finally:
+                if begin is not None:
+                    # What psycopg's flag would say had it sent the BEGIN itself
+                    # (the public setter refuses inside a transaction).
+                    raw._autocommit = False
                 for cur in cursors:
                     cur.close()
         except psycopg.Error as error:
@@ -507,6 +514,37 @@ def _listen(
         except Exception:  # a bug in the callback must not end the wake-ups silently
             log.exception("the LISTEN thread failed; polling continues without it")
             return
+
+
+def _begin_here(raw: Any) -> bytes | None:
+    """The ``BEGIN`` a pipeline on ``raw`` should send itself, with ``raw`` put in autocommit; None if it need not.
+
+    psycopg starts a transaction on a connection's first statement, and in
+    a pipeline it follows its ``BEGIN`` with a sync and waits for the
+    server's answer (so that it knows the transaction's state): one more
+    round trip for a tick whose first statements are the pipeline (a
+    chain's link). Sent as the pipeline's first statement, with psycopg in
+    autocommit for the while so that it adds none, the ``BEGIN`` costs no
+    wait; it is the one psycopg would send (the connection's isolation
+    level and access modes). The caller puts psycopg's autocommit flag back
+    once the pipeline is over. Not where the transaction has begun, the
+    connection is in autocommit, or psycopg has not the flag this relies on.
+    """
+    import psycopg
+
+    if raw.autocommit or raw.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        return None
+    if not hasattr(raw, "_autocommit"):  # a psycopg whose internals moved: let it send the BEGIN
+        return None
+    parts = [b"BEGIN"]
+    if raw.isolation_level is not None:
+        parts += [b"ISOLATION LEVEL", raw.isolation_level.name.replace("_", " ").encode()]
+    if raw.read_only is not None:
+        parts.append(b"READ ONLY" if raw.read_only else b"READ WRITE")
+    if raw.deferrable is not None:
+        parts.append(b"DEFERRABLE" if raw.deferrable else b"NOT DEFERRABLE")
+    raw.autocommit = True  # no I/O: the connection is idle
+    return b" ".join(parts)
 
 
 def _constant(values: list[Any]) -> bool:
