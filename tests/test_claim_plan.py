@@ -9,11 +9,10 @@ SQLite it embeds the second read; a semi-join there could scan the table).
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
-from sqlalchemy import insert, select, text
+from sqlalchemy import event, insert, select, text
 
 from conftest import fan_in, insert_done
 from dbexecutor import schema, serialization
@@ -252,12 +251,61 @@ def test_the_dependents_of_what_a_finish_won_are_counted_down_by_primary_key_wit
     store.close()
 
 
+def test_the_edges_out_of_what_a_finish_won_are_read_by_key_without_statistics(db):
+    """The edges read sent with a finish (``edges_out_finished``) finds the won rows and their edges by key.
+
+    Only the upstreams done at the attempts it is given: a lost lease's
+    edges are not read (its dependents must not be counted down). On
+    PostgreSQL, without statistics, neither the jobs nor the edges may be
+    scanned or hash-joined (each finish would cost time with the table).
+    """
+    store = db.store()
+    j, d = store.tables.jobs, store.tables.deps
+    now = time.time()
+    with store.engine.begin() as conn:
+        ups = insert_done(conn, store, 400)
+        wait = {"state": schema.WAITING, "fn_name": "f", "payload": b"w", "created_at": now, "open_deps": 1}
+        conn.execute(insert(j), [wait] * 3000)
+        waiting = [int(i) for i in conn.execute(select(j.c.id).where(j.c.state == schema.WAITING).order_by(j.c.id)).scalars()]
+        conn.execute(insert(d), [{"job_id": waiting[i], "depends_on_id": ups[i]} for i in range(400)])
+    # ups[0:100] won; ups[100] is named at an attempt it is not at (its lease was lost).
+    won = [(u, 0) for u in ups[:100]] + [(ups[100], 1)]
+    stmt = store.ctx.sql.edges_out_finished
+    params = store.driver.pairs("p_done", won)
+    with store.engine.begin() as conn:
+        (out,) = store.driver.pipelined(conn, [(stmt, params)])
+    assert sorted((int(a), int(b), bool(c)) for a, b, c in out.rows) == [(waiting[i], ups[i], False) for i in range(100)]
+    if db.kind != "mariadb":
+        with store.engine.connect() as conn:
+            plan = store.driver.explain(conn, stmt, params) if db.kind == "postgresql" else _sqlite_plan(conn, stmt, params)
+        text_ = "\n".join(plan)
+        if db.kind == "postgresql":
+            assert "Seq Scan" not in text_ and "Hash Join" not in text_, text_
+            assert f"{j.name}_pkey" in text_, text_
+        else:
+            assert f"SCAN {d.name}" not in text_ and f"SCAN {j.name}" not in text_, text_
+    store.close()
+
+
 def _sqlite_plan(conn, stmt, params):
-    """SQLite's plan of ``stmt`` run with ``params`` (bound as the statement binds them, ids as JSON text)."""
-    compiled = stmt.compile(conn)
-    values = compiled.construct_params(params)
-    args = [json.dumps(values[name]) if isinstance(values[name], list) else values[name] for name in compiled.positiontup]
-    return [str(row[-1]) for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + str(compiled), tuple(args))]
+    """SQLite's plan of ``stmt`` run with ``params``: the text and values SQLAlchemy sends (lists expanded or as JSON).
+
+    Read from a run of ``stmt`` in a transaction rolled back afterwards.
+    """
+    sent: list[tuple[str, object]] = []
+
+    def record(_conn, _cursor, statement, parameters, _context, _many):  # type: ignore[no-untyped-def]
+        sent.append((statement, parameters))
+
+    event.listen(conn, "before_cursor_execute", record)
+    try:
+        with conn.begin_nested() if conn.in_transaction() else conn.begin() as txn:
+            conn.execute(stmt, params)
+            txn.rollback()
+    finally:
+        event.remove(conn, "before_cursor_execute", record)
+    statement, args = sent[0]
+    return [str(row[-1]) for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, tuple(args))]
 
 
 def test_many_finished_jobs_are_looked_up_without_a_jit_compile(db):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from sqlalchemy import insert, select, update
+from sqlalchemy import event, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from dbexecutor import schema
@@ -39,9 +39,27 @@ def test_statements_run_in_order_in_the_callers_transaction(store):
         (select(meta.c.name, meta.c.value).where(meta.c.name == "pipe-a"), {}),
         (select(meta.c.value.label("v")).where(meta.c.name == "nothing"), {}),
     ]
+    seen: list[tuple[str, str]] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        seen.append(("before", statement.split(None, 1)[0].upper()))
+
+    def after(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        seen.append(("after", statement.split(None, 1)[0].upper()))
+
     with store.engine.connect() as conn:
+        event.listen(conn, "before_cursor_execute", before)
+        event.listen(conn, "after_cursor_execute", after)
         with conn.begin():
             out = store.driver.pipelined(conn, batch)
+            # The engine's listeners see each statement, as SQLAlchemy's own executions.
+            verbs = ["INSERT", "UPDATE", "SELECT", "SELECT"]
+            if store.driver.pipelines:  # all sent before any answer is read
+                assert seen == [("before", v) for v in verbs] + [("after", v) for v in verbs]
+            else:
+                assert seen == [(when, v) for v in verbs for when in ("before", "after")]
+            event.remove(conn, "before_cursor_execute", before)
+            event.remove(conn, "after_cursor_execute", after)
             assert [r.keys for r in out] == [[], [], ["name", "value"], ["v"]]
             assert out[2].rows == [("pipe-a", "2")]  # the update before it is seen
             assert out[3].rows == []
@@ -95,8 +113,9 @@ def test_a_link_leases_the_next_one_in_its_tick(store, monkeypatch):
     )
     assert [f.job_id for f in done.finals] == [first.job_id] and done.released == 1
     assert [x.job_id for x in claimed] == [second.job_id]
-    # Where the database pipelines: the finish, the count-down and the lease went together.
-    assert sent == ([3] if store.driver.pipelines else [])
+    # Where the database pipelines: the finish, the count-down and the lease went together
+    # (a batch of one elsewhere is a statement sent alone, or with its transaction's BEGIN).
+    assert [n for n in sent if n > 1] == ([3] if store.driver.pipelines else [])
     j = store.tables.jobs
     with store.engine.connect() as conn:
         row = conn.execute(select(j.c.state, j.c.lease_owner, j.c.open_deps).where(j.c.id == second.job_id)).one()
@@ -117,8 +136,12 @@ def test_when_the_lease_sent_ahead_takes_nothing_the_claim_still_runs(store):
     assert [x.job_id for x in claimed] == [other.job_id]
 
 
-def test_a_finish_of_jobs_without_dependents_goes_alone(store, monkeypatch):
-    """No dependents expected: the finish is sent alone (with the BEGIN, on PostgreSQL), the edges read after it."""
+def test_a_finish_of_jobs_without_dependents_goes_with_the_read_of_its_edges(store, monkeypatch):
+    """No dependents expected: the finish is sent with a read of the edges out of what it won (and the BEGIN, on PostgreSQL).
+
+    Not with the count-down: for jobs without dependents, the read is the
+    cheaper statement; any count-down follows it.
+    """
     now = time.time()
     (only,) = store.insert_jobs([NewJob("tests.f", b"1", ())], now)
     (c,) = _running(store, "owner-1", 1, now)
@@ -130,7 +153,8 @@ def test_a_finish_of_jobs_without_dependents_goes_alone(store, monkeypatch):
         [Report(c.job_id, c.attempt, True, b"r1", "ok", ended_at=now)], "owner-1", 1, 30.0, now + 0.1, look=False
     )
     assert [f.job_id for f in done.finals] == [only.job_id] and done.released == 0 and claimed == []
-    assert sent == ([1] if store.driver.pipelines else [])
+    assert sent == ([2] if store.driver.pipelines else [])
+    assert not store.ctx.dependents_likely
 
 
 def test_a_batch_that_opens_the_transaction_sends_its_begin_with_it(store, tmp_path):

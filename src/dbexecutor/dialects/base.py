@@ -234,6 +234,18 @@ class Driver:
         stmt = select(deps.c.job_id, deps.c.depends_on_id, jobs.c.batch).join(jobs, jobs.c.id == deps.c.job_id)
         return stmt.where(self.in_ids(deps.c.depends_on_id, name))
 
+    def edges_out_finished(self, deps: Table, jobs: Table, name: str) -> Select[Any]:
+        """:meth:`edges_out` of the jobs that are done at the attempts bound by :meth:`pairs` as ``name``.
+
+        As :meth:`count_down_finished`: the jobs a finish earlier in the same
+        transaction won, read by this statement, which can then be sent with
+        the finish (:meth:`pipelined`).
+        """
+        up = jobs.alias("up")
+        finished = select(up.c.id).where(self.in_pairs(up.c.id, up.c.attempt, name), up.c.state == schema.DONE)
+        stmt = select(deps.c.job_id, deps.c.depends_on_id, jobs.c.batch).join(jobs, jobs.c.id == deps.c.job_id)
+        return stmt.where(deps.c.depends_on_id.in_(finished))
+
     def count_down_returning(self, jobs: Table, deps: Table, name: str) -> Update:
         """The waiting dependents of the jobs bound to ``name``, each counted down by its edges from them; ``(id, batch, open_deps)`` after.
 
@@ -349,8 +361,9 @@ class Driver:
         """Run a one-row ``INSERT ... SELECT`` and return the new row's id and the state it went in with."""
         if self.insert_returning:
             returning = self._derived(("returning_state", id(stmt)), lambda: stmt.returning(table.c.id, table.c.state))
-            got = conn.execute(returning, params).one()
-            return int(got.id), str(got.state)
+            # A batch of one: a submit's tick begins with it (pipelined: the BEGIN goes with it).
+            ((job_id, state),) = self.pipelined(conn, [(returning, params)])[0].rows
+            return int(job_id), str(state)
         # No RETURNING: the id the insert made, and its state read back.
         job_id = int(conn.execute(stmt, params).lastrowid)
         return job_id, str(conn.execute(select(table.c.state).where(table.c.id == job_id)).scalar_one())
@@ -373,8 +386,10 @@ class Driver:
         """
         if self.update_returning:
             lease = sql.lease_picked_alone(scope) if alone else sql.lease_picked(scope)
+            # A batch of one: where the lease is the transaction's first statement
+            # (an idle executor's claim), a pipeline sends the BEGIN with it.
             # RETURNING has no order: sort as the pick did.
-            leased = sorted(_claimed_rows(conn.execute(lease, params)), key=_claim_order)
+            leased = sorted(_claimed_rows(self.pipelined(conn, [(lease, params)])[0]), key=_claim_order)
             return [_claimed(r, 0) for r in leased]
         picked = _claimed_rows(conn.execute(sql.pick_alone(scope) if alone else sql.pick(scope), params))
         if picked:

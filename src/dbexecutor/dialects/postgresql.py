@@ -204,8 +204,11 @@ class PostgreSQLDriver(Driver):
         # The dependent's batch flag as a primary-key lookup per edge: joined,
         # the same missing statistics made the planner hash-join a scan of
         # the jobs table once per upstream id.
+        return self._edges_and_batch(deps, jobs, name)
+
+    def _edges_and_batch(self, deps: Table, jobs: Table, ids: str | ColumnElement[Any]) -> Select[Any]:
         batch = select(jobs.c.batch).where(jobs.c.id == deps.c.job_id).scalar_subquery()
-        return self._edges_by_upstream(deps, name, deps.c.job_id, deps.c.depends_on_id, batch.label("batch"))
+        return self._edges_by_upstream(deps, ids, deps.c.job_id, deps.c.depends_on_id, batch.label("batch"))
 
     def count_down_returning(self, jobs: Table, deps: Table, name: str) -> Update:
         # The dependents as in edges_out, each found through the primary key
@@ -219,23 +222,12 @@ class PostgreSQLDriver(Driver):
         waiting = jobs.c.state.is_not_distinct_from(literal_column(f"'{schema.WAITING}'"))
         return _counted_down(update(jobs).where(self.id_in(jobs.c.id, dependents), waiting), jobs, k)
 
-    def count_down_finished(self, jobs: Table, deps: Table, name: str) -> Update:
-        # count_down_returning of the upstream rows that are done at the
-        # attempts bound as the pairs ``name`` (id, attempt): the jobs the
-        # finish before it in the same transaction won. Read here, by the
-        # statement after the finish (its own snapshot, which sees the edges
-        # committed while the finish waited for a row), rather than passed
-        # in: sent in one pipeline with the finish, it cannot know which
-        # leases were lost. A row finished by another attempt is not counted.
-        #
-        # The rows the finish won: one primary-key lookup per pair (LATERAL,
-        # kept from being flattened by OFFSET 0; as a join, the planner read
-        # the whole table for a few hundred ids, having no statistics), in a
-        # CTE read three times and materialized once. Each dependent's count
-        # checks its own edges (by the edges' primary key) against that set;
-        # with the set as "= ANY(array)" the planner, not knowing its size,
-        # probed the index once per element for every dependent (55 ms
-        # against 14 for 100 finished jobs of a random DAG).
+    def _finished(self, jobs: Table, name: str) -> Select[Any]:
+        """The ids of the jobs done at the attempts bound as the pairs ``name``: one primary-key lookup per pair.
+
+        LATERAL, kept from being flattened by OFFSET 0: as a join, the planner
+        read the whole table for a few hundred ids, having no statistics.
+        """
         pairs = func.unnest(
             bindparam(f"{name}_1", type_=ARRAY(BigInteger)), bindparam(f"{name}_2", type_=ARRAY(BigInteger))
         ).table_valued("a", "b").render_derived(name=name)
@@ -246,7 +238,28 @@ class PostgreSQLDriver(Driver):
             .offset(literal_column("0"))
             .lateral("f")
         )
-        finished = select(one.c.id).select_from(pairs).join(one, true()).cte("won")
+        return select(one.c.id).select_from(pairs).join(one, true())
+
+    def edges_out_finished(self, deps: Table, jobs: Table, name: str) -> Select[Any]:
+        # edges_out, of the ids the finish before it won (_finished).
+        return self._edges_and_batch(deps, jobs, func.array(self._finished(jobs, name).scalar_subquery()))
+
+    def count_down_finished(self, jobs: Table, deps: Table, name: str) -> Update:
+        # count_down_returning of the upstream rows that are done at the
+        # attempts bound as the pairs ``name`` (id, attempt): the jobs the
+        # finish before it in the same transaction won. Read here, by the
+        # statement after the finish (its own snapshot, which sees the edges
+        # committed while the finish waited for a row), rather than passed
+        # in: sent in one pipeline with the finish, it cannot know which
+        # leases were lost. A row finished by another attempt is not counted.
+        #
+        # The rows the finish won (_finished), in a CTE read three times and
+        # materialized once. Each dependent's count checks its own edges (by
+        # the edges' primary key) against that set; with the set as "=
+        # ANY(array)" the planner, not knowing its size, probed the index
+        # once per element for every dependent (55 ms against 14 for 100
+        # finished jobs of a random DAG).
+        finished = self._finished(jobs, name).cte("won")
         ids = func.array(select(finished.c.id).scalar_subquery())
         dependents = self._edges_by_upstream(deps, ids, deps.c.job_id)
         k = select(func.count()).where(deps.c.job_id == jobs.c.id, deps.c.depends_on_id.in_(select(finished.c.id))).scalar_subquery()
@@ -324,7 +337,8 @@ class PostgreSQLDriver(Driver):
         if seq is None:
             seq = conn.execute(text("SELECT pg_get_serial_sequence(:t, 'id')"), {"t": table.name}).scalar_one()
             self._sequences[table.name] = seq
-        return sorted(int(i) for i in conn.execute(_NEXTVALS, {"s": seq, "n": n}).scalars())
+        # A batch of one: a tick of new rows begins with it (pipelined: the BEGIN goes with it).
+        return sorted(int(i) for (i,) in self.pipelined(conn, [(_NEXTVALS, {"s": seq, "n": n})])[0].rows)
 
     def finish_recording(
         self,
@@ -379,15 +393,22 @@ class PostgreSQLDriver(Driver):
         # which a pipeline does not allow: the statements are compiled by
         # SQLAlchemy once and sent on the DBAPI connection, and an error is
         # raised as SQLAlchemy would raise it (wrapped, and a lost
-        # connection invalidated), for the transaction's retry to judge.
+        # connection invalidated), for the transaction's retry to judge; the
+        # engine's cursor-execute event listeners see each statement, as
+        # SQLAlchemy's own executions outside a statement's context do
+        # (context None).
         import psycopg
 
         if not psycopg.Pipeline.is_supported():  # libpq before 14 (a psycopg without its binary package)
             return super().pipelined(conn, batch)
         raw = cast(Any, conn.connection.dbapi_connection)
+        if len(batch) == 1 and not _opens_transaction(raw):
+            return super().pipelined(conn, batch)  # one statement, nothing to send with it
         sent = [(self._compiled(conn, stmt), params) for stmt, params in batch]
         cursors: list[Any] = []
         statement, values = "", {}
+        events = conn._has_events or conn.engine._has_events
+        executed: list[tuple[str, Any]] = []
         begin = _begin_here(raw)
         try:
             try:
@@ -402,9 +423,17 @@ class PostgreSQLDriver(Driver):
                                 values[name] = convert(values[name])
                         cur = raw.cursor()
                         cursors.append(cur)
+                        if events:
+                            for fn in conn.dispatch.before_cursor_execute:
+                                statement, values = fn(conn, cur, statement, values, None, False)
+                            executed.append((statement, values))
                         cur.execute(statement, values)
-                return [Rows([c.name for c in cur.description], cur.fetchall()) if cur.description else Rows([], [])
-                        for cur in cursors]
+                out = [Rows([c.name for c in cur.description], cur.fetchall()) if cur.description else Rows([], [])
+                       for cur in cursors]
+                for cur, (statement, values) in zip(cursors, executed):
+                    for fn in conn.dispatch.after_cursor_execute:
+                        fn(conn, cur, statement, values, None, False)
+                return out
             finally:
                 if begin is not None:
                     # What psycopg's flag would say had it sent the BEGIN itself
@@ -516,6 +545,13 @@ def _listen(
             return
 
 
+def _opens_transaction(raw: Any) -> bool:
+    """Whether the next statement on psycopg connection ``raw`` begins a transaction (psycopg would send a ``BEGIN``)."""
+    import psycopg
+
+    return not raw.autocommit and raw.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
 def _begin_here(raw: Any) -> bytes | None:
     """The ``BEGIN`` a pipeline on ``raw`` should send itself, with ``raw`` put in autocommit; None if it need not.
 
@@ -530,11 +566,7 @@ def _begin_here(raw: Any) -> bytes | None:
     once the pipeline is over. Not where the transaction has begun, the
     connection is in autocommit, or psycopg has not the flag this relies on.
     """
-    import psycopg
-
-    if raw.autocommit or raw.pgconn.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-        return None
-    if not hasattr(raw, "_autocommit"):  # a psycopg whose internals moved: let it send the BEGIN
+    if not _opens_transaction(raw) or not hasattr(raw, "_autocommit"):  # a psycopg whose internals moved: its own BEGIN
         return None
     parts = [b"BEGIN"]
     if raw.isolation_level is not None:

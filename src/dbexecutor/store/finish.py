@@ -127,20 +127,21 @@ def finish_pipelined(
     finish won (the statement reads which those are: ``count_down_finished``),
     and ``then``, a statement that needs neither's answer (the claim's lease
     of the next runnable rows, which then sees the dependents just
-    released). Otherwise the finish goes alone (with the transaction's
-    BEGIN), and the edges out are read first, as :func:`finish` does: for
-    jobs without dependents that read is the cheaper statement for the
-    server, and ``then`` must be None. Returns what the reports changed,
+    released). Otherwise the finish goes with a read of the edges out of
+    the jobs it won (``edges_out_finished``; any count-down follows, as in
+    :func:`finish`): for jobs without dependents that read is the cheaper
+    statement for the server, and ``then`` must be None. Either way the
+    transaction's BEGIN goes with them. Returns what the reports changed,
     and ``then``'s rows.
     """
     reports = sorted(reports, key=lambda r: r.job_id)  # one lock order for every writer
     rows = [(r.job_id, r.attempt, r.blob) for r in reports]
     batch = [ctx.driver.finish_recording(conn, ctx.sql, rows, now, [_both_outcomes(r, now) for r in reports])]
     counted = ctx.dependents_likely
-    if counted:
-        batch.append((ctx.sql.count_down_finished, ctx.driver.pairs("p_done", [(r.job_id, r.attempt) for r in reports])))
-        if then is not None:
-            batch.append(then)
+    won_pairs = ctx.driver.pairs("p_done", [(r.job_id, r.attempt) for r in reports])
+    batch.append((ctx.sql.count_down_finished if counted else ctx.sql.edges_out_finished, won_pairs))
+    if counted and then is not None:
+        batch.append(then)
     if len(reports) >= dag.MANY_IDS:
         ctx.driver.plan_for_many(conn)
     answers = ctx.driver.pipelined(conn, batch)
@@ -151,7 +152,7 @@ def finish_pipelined(
     if counted:
         out.released, rolled = dag.released_by(ctx, conn, answers[1].rows, now)
     else:
-        out.released, rolled = dag.release_dependents(ctx, conn, sorted(won), now)
+        out.released, rolled = dag.release_dependents(ctx, conn, sorted(won), now, read=dag.edges(answers[1].rows))
     out.finals += rolled
     return out, (answers[2] if counted and then is not None else None)
 

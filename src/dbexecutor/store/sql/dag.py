@@ -27,6 +27,15 @@ class DagStatements(StatementsBase):
         return self.driver.edges_out(self.tables.deps, self.tables.jobs, "p_ids")
 
     @cached_property
+    def edges_out_finished(self) -> Select[Any]:
+        """:attr:`edges_out` of the jobs done at the attempts bound as the pairs ``p_done`` (``Driver.pairs``).
+
+        As :attr:`count_down_finished`: the jobs the finish before it in the
+        same transaction won, so that it can be sent with the finish.
+        """
+        return self.driver.edges_out_finished(self.tables.deps, self.tables.jobs, "p_done")
+
+    @cached_property
     def count_down(self) -> Update:
         """Jobs ``p_ids`` (waiting) each had ``p_k`` upstream jobs finish: count down; at zero they are ready."""
         j = self.tables.jobs
