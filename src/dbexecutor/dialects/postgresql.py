@@ -160,11 +160,11 @@ class PostgreSQLDriver(Driver):
         # under load, and a new statement text for every number of pairs.
         # The first array once more as "= ANY": the rows are found through the primary key, whatever
         # the statistics say (else the planner may read every active row of the fleet).
-        firsts = bindparam(f"{name}_1", type_=ARRAY(BigInteger))
-        u = func.unnest(firsts, bindparam(f"{name}_2", type_=ARRAY(BigInteger))).table_valued("a", "b").render_derived(name=name)
-        return and_(first == any_(firsts), first == u.c.a, second == u.c.b)
+        u = _pairs(name)
+        return and_(first == any_(bindparam(f"{name}_1", type_=ARRAY(BigInteger))), first == u.c.a, second == u.c.b)
 
     def pairs(self, name: str, pairs: Sequence[tuple[int, int]]) -> dict[str, Any]:
+        # The two arrays _pairs unnests.
         return {f"{name}_1": [a for a, _ in pairs], f"{name}_2": [b for _, b in pairs]}
 
     def id_in(self, column: Any, ids: Select[Any]) -> ColumnElement[bool]:
@@ -228,9 +228,7 @@ class PostgreSQLDriver(Driver):
         LATERAL, kept from being flattened by OFFSET 0: as a join, the planner
         read the whole table for a few hundred ids, having no statistics.
         """
-        pairs = func.unnest(
-            bindparam(f"{name}_1", type_=ARRAY(BigInteger)), bindparam(f"{name}_2", type_=ARRAY(BigInteger))
-        ).table_valued("a", "b").render_derived(name=name)
+        pairs = _pairs(name)
         up = jobs.alias("up")
         one = (
             select(up.c.id)
@@ -543,6 +541,12 @@ def _listen(
         except Exception:  # a bug in the callback must not end the wake-ups silently
             log.exception("the LISTEN thread failed; polling continues without it")
             return
+
+
+def _pairs(name: str) -> Any:
+    """The pairs bound as ``name`` (:meth:`PostgreSQLDriver.pairs`: two arrays) as a table ``name(a, b)``."""
+    firsts, seconds = (bindparam(f"{name}_{i}", type_=ARRAY(BigInteger)) for i in (1, 2))
+    return func.unnest(firsts, seconds).table_valued("a", "b").render_derived(name=name)
 
 
 def _opens_transaction(raw: Any) -> bool:
