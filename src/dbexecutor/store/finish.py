@@ -73,15 +73,21 @@ def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float
     rows = [(r.job_id, r.attempt, r.blob) for r in ok]
     # Where the database can, the finish and its attempt rows are one
     # statement (a chain's link is then one round trip fewer).
-    recorded = bool(rows) and ctx.driver.finishes_recording
-    if recorded:
-        won = ctx.driver.finish_done_recording(conn, ctx.sql, rows, now, [_both_outcomes(rep, now) for rep in ok])
+    pipelined = bool(ok) and ctx.driver.pipelines  # the successes' statements sent together (finish_pipelined)
+    recorded = bool(rows) and (ctx.driver.finishes_recording or pipelined)
+    if pipelined:
+        part, _ = finish_pipelined(ctx, conn, ok, now)
+        out.finals += part.finals
+        out.released, lost = part.released, set(part.lost)
     else:
-        won = ctx.driver.finish_done(conn, ctx.sql, rows, now) if rows else set()
-    out.finals += [Final(r.job_id, schema.DONE, r.blob) for r in ok if r.job_id in won]
-    out.released, rolled = dag.release_dependents(ctx, conn, sorted(won), now)
-    out.finals += rolled
-    lost = {r.job_id for r in ok} - won
+        if recorded:
+            won = ctx.driver.finish_done_recording(conn, ctx.sql, rows, now, [_both_outcomes(rep, now) for rep in ok])
+        else:
+            won = ctx.driver.finish_done(conn, ctx.sql, rows, now) if rows else set()
+        out.finals += [Final(r.job_id, schema.DONE, r.blob) for r in ok if r.job_id in won]
+        out.released, rolled = dag.release_dependents(ctx, conn, sorted(won), now)
+        out.finals += rolled
+        lost = {r.job_id for r in ok} - won
     for rep in reports:
         if rep.ok:
             continue
