@@ -58,7 +58,9 @@ def _before(conn: Any, cursor: Any, statement: str, parameters: Any, context: An
 
 
 def _after(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
-    t0 = conn.info["bench_t0"].pop()
+    # First in, first out: statements sent together in a pipeline all start
+    # before any ends (each is timed from its send to the pipeline's answers).
+    t0 = conn.info["bench_t0"].pop(0)
     took = time.perf_counter() - t0
     text = label(statement)
     with _lock:
