@@ -164,6 +164,14 @@ def insert_done(conn: Connection, store: Store, n: int) -> list[int]:
     return [int(i) for i in conn.execute(select(jobs.c.id).order_by(jobs.c.id)).scalars()]
 
 
+def insert_waiting(conn: Connection, store: Store, n: int, open_deps: int) -> list[int]:
+    """Insert ``n`` plain jobs waiting on ``open_deps`` upstreams each (no edges); every waiting job's id, ascending."""
+    row = {"state": "waiting", "fn_name": "f", "payload": b"w", "created_at": time.time(), "open_deps": open_deps}
+    jobs = store.tables.jobs
+    conn.execute(insert(jobs), [row] * n)
+    return [int(i) for i in conn.execute(select(jobs.c.id).where(jobs.c.state == "waiting").order_by(jobs.c.id)).scalars()]
+
+
 def fan_in(store: Store, n: int) -> list[int]:
     """``n`` finished jobs, the last depending on every other one (committed); their ids."""
     with store.engine.begin() as conn:

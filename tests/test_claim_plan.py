@@ -14,7 +14,7 @@ import time
 import pytest
 from sqlalchemy import event, insert, select, text
 
-from conftest import fan_in, insert_done
+from conftest import fan_in, insert_done, insert_waiting
 from dbexecutor import schema, serialization
 from dbexecutor.store.sql import Scope
 
@@ -168,10 +168,9 @@ def test_dependents_are_counted_down_through_the_primary_key_without_statistics(
         ups = insert_done(conn, store, 400)
         # 20,000 waiting jobs, most on nothing asked about here: a plan that
         # reads the waiting rows (or the table) shows up as a scan of them.
-        wait = {"state": schema.WAITING, "fn_name": "f", "payload": b"w", "created_at": now, "open_deps": 1}
-        conn.execute(insert(j), [wait] * 20000)
-        plain = [int(i) for i in conn.execute(select(j.c.id).where(j.c.state == schema.WAITING).order_by(j.c.id)).scalars()]
-        conn.execute(insert(j), [{**wait, "batch": 1, "open_deps": 2}])
+        plain = insert_waiting(conn, store, 20000, open_deps=1)
+        conn.execute(insert(j), [{"state": schema.WAITING, "fn_name": "f", "payload": b"w", "created_at": now,
+                                  "batch": 1, "open_deps": 2}])
         batch = int(conn.execute(select(j.c.id).where(j.c.batch == 1)).scalar_one())
         conn.execute(j.update().where(j.c.id.in_(plain[:300])).values(open_deps=2))
         for k in (0, 1):  # the batch's children: results to roll up
@@ -220,12 +219,9 @@ def test_the_dependents_of_what_a_finish_won_are_counted_down_by_primary_key_wit
     """
     store = db.store()
     j, d = store.tables.jobs, store.tables.deps
-    now = time.time()
     with store.engine.begin() as conn:
         ups = insert_done(conn, store, 400)
-        wait = {"state": schema.WAITING, "fn_name": "f", "payload": b"w", "created_at": now, "open_deps": 2}
-        conn.execute(insert(j), [wait] * 5000)
-        plain = [int(i) for i in conn.execute(select(j.c.id).where(j.c.state == schema.WAITING).order_by(j.c.id)).scalars()]
+        plain = insert_waiting(conn, store, 5000, open_deps=2)
         # plain[i] (i < 300) waits on ups[i] and ups[i + 1].
         conn.execute(insert(d), [{"job_id": plain[i], "depends_on_id": ups[i + k]} for i in range(300) for k in (0, 1)])
     # ups[300] is named at an attempt it is not at (its lease was lost): plain[299] keeps one open.
@@ -261,12 +257,9 @@ def test_the_edges_out_of_what_a_finish_won_are_read_by_key_without_statistics(d
     """
     store = db.store()
     j, d = store.tables.jobs, store.tables.deps
-    now = time.time()
     with store.engine.begin() as conn:
         ups = insert_done(conn, store, 400)
-        wait = {"state": schema.WAITING, "fn_name": "f", "payload": b"w", "created_at": now, "open_deps": 1}
-        conn.execute(insert(j), [wait] * 3000)
-        waiting = [int(i) for i in conn.execute(select(j.c.id).where(j.c.state == schema.WAITING).order_by(j.c.id)).scalars()]
+        waiting = insert_waiting(conn, store, 3000, open_deps=1)
         conn.execute(insert(d), [{"job_id": waiting[i], "depends_on_id": ups[i]} for i in range(400)])
     # ups[0:100] won; ups[100] is named at an attempt it is not at (its lease was lost).
     won = [(u, 0) for u in ups[:100]] + [(ups[100], 1)]
