@@ -82,6 +82,8 @@ class TickCommit:
         self.lending = Lending(owner, settings.lease_ttl) if store.driver.leases_durable_submits else None
         # Kept across a database outage until written:
         self._reports: list[Report] = []  # outcomes from the children
+        # A transaction that sent them failed: its COMMIT may have been made all the same.
+        self._reports_unsure = False
         self._claimed: list[Claimed] = []  # claimed, not yet handed to a child
         # Handed to children by the transaction committing now, before its COMMIT (see _start_early).
         self._early: list[Claimed] = []
@@ -181,7 +183,7 @@ class TickCommit:
             look = bool(rows) or not self._still_drained()
             inserted, done, claimed = self.store.finish_and_claim(
                 self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), rows, self._scope(), look=look,
-                before_commit=self._start_early,
+                before_commit=self._start_early, unsure=self._reports_unsure,
             )
             if look and limit > 0:
                 self._looked(started, wakes)
@@ -193,6 +195,7 @@ class TickCommit:
                 self.stats.claimed(time.monotonic() - started)
         except (DBAPIError, ValueError) as error:
             self._void_early()
+            self._reports_unsure = bool(self._reports)
             self._queue.requeue(items)
             if not items or not self._queue.refused(error):
                 raise
@@ -209,7 +212,7 @@ class TickCommit:
         self.stats.ended(self._reports)
         self.stats.started(len(claimed))
         self._fresh = done.results()
-        self._reports = []
+        self._reports, self._reports_unsure = [], False
         self._claimed += self._started_early(claimed)
         self._queue.stored(items, inserted)
         return inserted, done

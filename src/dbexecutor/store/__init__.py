@@ -446,6 +446,7 @@ class Store:
         *,
         look: bool = True,
         before_commit: Callable[[list[Claimed], Finished], None] | None = None,
+        unsure: bool = False,
     ) -> tuple[list[Submitted], Finished, list[Claimed]]:
         """One scheduler tick in one commit: insert ``new`` jobs, record how attempts ended, then claim.
 
@@ -469,6 +470,11 @@ class Store:
         the jobs start while the commit is written). It is called again if
         the transaction is tried again, and the commit may still fail: the
         caller must be able to take back what it did with them.
+
+        ``unsure``: these reports were sent before, in a transaction whose
+        ``COMMIT`` failed, and may have been recorded (the answer lost with
+        the connection). This transaction then leaves out what was, as it
+        does when it runs again itself (:func:`finish.recorded_before`).
         """
         direct = (
             limit > 0
@@ -478,8 +484,15 @@ class Store:
             and all(submit.claimable_on_arrival(job, now, scope) for job in new)
         )
         ctx = self.ctx
+        tries = 0
 
         def work(conn: Connection) -> tuple[list[Submitted], Finished, list[Claimed], dict[str, int | None], bool | None]:
+            nonlocal tries
+            tries += 1
+            todo: list[Report] = list(reports)
+            before: list[Final] = []  # the finals of reports a try before recorded
+            if reports and (unsure or tries > 1):
+                todo, before = finish.recorded_before(ctx, conn, reports)
             inserted: list[Submitted] = []
             drained: bool | None = None  # None: nothing looked, nothing made runnable
             groups: dict[str, int | None] = {}
@@ -492,16 +505,20 @@ class Store:
                 else:
                     inserted = submit.insert_many(ctx, conn, new, now)
             ahead: list[Claimed] | None = None  # leased in the finish's pipeline ([]: tried, none)
-            if not new and finish.pipelinable(ctx, reports):
+            if not new and finish.pipelinable(ctx, todo):
                 # A tick of successes only, where the database pipelines: the
                 # finish, the count-down and the lone group's lease in one
                 # round trip (a chain's link: the next link leased with it).
                 # The lease goes ahead only with the count-down (see finish_pipelined).
                 lease = claim.lease_ahead(ctx, owner, limit, ttl, now, scope) if ctx.dependents_likely else None
-                done, leased = finish.finish_pipelined(ctx, conn, reports, now, lease)
+                done, leased = finish.finish_pipelined(ctx, conn, todo, now, lease)
                 ahead = leased_from(leased) if leased is not None else None
             else:
-                done = finish.finish(ctx, conn, reports, now) if reports else Finished()
+                done = finish.finish(ctx, conn, todo, now) if todo else Finished()
+            if len(todo) < len(reports):
+                done.finals = before + done.finals
+                # What the committed try released is not known: as if it released something (look, notify).
+                done.released += len(reports) - len(todo)
             # Rows that went in leased were the claim's only choice (nothing
             # else was runnable): then there is nothing more to claim.
             claimed = submit.leased_on_insert(new, inserted)

@@ -24,10 +24,10 @@ from ..errors import NotRunnable
 from ..dialects.base import Rows
 from ..records import Final, Finished, Report
 from . import control, dag
-from .context import Context
+from .context import Context, chunks
 from .transitions import AttemptRow, attempt_row, fenced, outcome_column, record_attempts
 
-__all__ = ["finish", "finish_pipelined", "pipelinable", "backoff"]
+__all__ = ["finish", "finish_pipelined", "pipelinable", "backoff", "recorded_before"]
 
 
 def backoff(retry_delay: float, attempt: int) -> float:
@@ -115,6 +115,39 @@ def finish(ctx: Context, conn: Connection, reports: Sequence[Report], now: float
         ctx, conn, [_attempt(rep, now, lost=rep.job_id in lost) for rep in reports if not (rep.ok and recorded)]
     )
     return out
+
+
+def recorded_before(ctx: Context, conn: Connection, reports: Sequence[Report]) -> tuple[list[Report], list[Final]]:
+    """Of ``reports`` sent before in a transaction whose ``COMMIT`` was not confirmed: those still to record, and the finals of the rest.
+
+    A connection can drop after the server committed and before its answer
+    arrived; the transaction then runs again with the same reports. Their
+    fenced writes would change nothing the second time, but what the first
+    try did beside them would be done again: the dependents of a finished
+    job counted down twice (a job with two upstreams released when one was
+    done), the attempt row written twice. Each report writes one attempt
+    row, with its child's name, in the transaction that records it: a row
+    for the report's job, attempt and child says that transaction committed.
+    Those reports are left out; the successes among them that won (outcome
+    ``ok``, not ``lease lost (ok)``) are returned as finals, so their
+    futures resolve now. Any other outcome is not final here (a retry), or
+    its future follows the row at the next poll, as for a job finished
+    elsewhere. Reports their children committed themselves pass through.
+    """
+    ids = sorted({r.job_id for r in reports if not r.finalized})
+    seen: dict[tuple[int, int, str | None], str] = {}
+    for part in chunks(ids):
+        for job_id, attempt, worker, outcome in conn.execute(ctx.sql.attempts_of, {"p_ids": list(part)}):
+            seen[(int(job_id), int(attempt), worker)] = outcome
+    rest: list[Report] = []
+    finals: list[Final] = []
+    for rep in reports:
+        outcome = None if rep.finalized else seen.get((rep.job_id, rep.attempt, rep.worker))
+        if outcome is None:
+            rest.append(rep)
+        elif rep.ok and outcome == outcome_column(rep.outcome):
+            finals.append(Final(rep.job_id, schema.DONE, rep.blob))
+    return rest, finals
 
 
 def pipelinable(ctx: Context, reports: Sequence[Report]) -> bool:

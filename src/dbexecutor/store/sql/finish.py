@@ -66,6 +66,12 @@ class FinishStatements(StatementsBase):
         return self.fenced(schema.READY, retries=j.c.retries + 1, **values)
 
     @cached_property
+    def attempts_of(self) -> Select[Any]:
+        """``(job_id, attempt, worker, outcome)`` of every attempt row of the jobs ``p_ids`` (what a try before recorded)."""
+        a = self.tables.attempts
+        return select(a.c.job_id, a.c.attempt, a.c.worker, a.c.outcome).where(self._ids(a.c.job_id))
+
+    @cached_property
     def refusals(self) -> Select[Any]:
         """Who refused job ``p_id`` before, and why (its ``refused`` attempts)."""
         a = self.tables.attempts

@@ -1,0 +1,196 @@
+"""A ``COMMIT`` whose answer never arrived: the tick is written again, and nothing it did counts twice.
+
+A connection can drop after the server committed a transaction and before
+its answer reached us. The store cannot tell that from a commit that failed:
+it runs the transaction again (``Database.txn``), and the loop keeps the
+reports until a commit is confirmed. Every write of a report is fenced by
+its attempt's token, so the second try finds the finish made already; what
+must not happen again is what the first try did beside it: counting the
+dependents down (a job with two upstreams would become ready when only one
+was done), writing a second attempt row. These tests make the first
+``COMMIT`` succeed on the server and then fail in the client, as a dropped
+connection does, and read the rows.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+from sqlalchemy import func, select
+
+import jobs
+from dbexecutor import schema
+from dbexecutor.records import NewJob, Report
+from dbexecutor.store import finish as finish_module
+
+
+def _dropped(store) -> BaseException:
+    """The error each driver raises for a connection lost while reading the server's answer (transient for the store)."""
+    kind = store.engine.dialect.name
+    if kind == "sqlite":
+        import sqlite3
+
+        return sqlite3.OperationalError("database is locked")  # SQLite has no connection to lose: its transient error
+    if kind == "postgresql":
+        import psycopg
+
+        return psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly")
+    import pymysql
+
+    return pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+
+
+@contextmanager
+def answer_lost(store, monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], int]]:
+    """The next ``COMMIT`` is made on the server, then fails in the client; yields the count of commits lost so."""
+    dialect = store.engine.dialect
+    real = dialect.do_commit
+    lost = []
+
+    def do_commit(dbapi_connection) -> None:
+        real(dbapi_connection)
+        if not lost:
+            lost.append(1)
+            raise _dropped(store)
+
+    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    try:
+        yield lambda: len(lost)
+    finally:
+        monkeypatch.setattr(dialect, "do_commit", real)
+
+
+def _ok(claimed, now: float, blob: bytes) -> Report:
+    return Report(claimed.job_id, claimed.attempt, True, blob, "ok", worker="host:1", started_at=now, ended_at=now + 0.5)
+
+
+def _state(store, job_id: int) -> tuple[str, int]:
+    j = store.tables.jobs
+    with store.engine.connect() as conn:
+        row = conn.execute(select(j.c.state, j.c.open_deps).where(j.c.id == job_id)).one()
+    return row.state, row.open_deps
+
+
+def _attempt_rows(store, job_id: int) -> list[str]:
+    a = store.tables.attempts
+    with store.engine.connect() as conn:
+        return list(conn.execute(select(a.c.outcome).where(a.c.job_id == job_id).order_by(a.c.id)).scalars())
+
+
+@pytest.mark.parametrize("likely", [False, True], ids=["read-first", "count-down-reads"])
+def test_a_finish_committed_without_an_answer_counts_its_dependents_down_once(store, monkeypatch, likely):
+    """The finish of ``a`` commits, its answer is lost, the transaction runs again: ``d`` still waits for ``c``.
+
+    ``likely``: the count-down reads the edges itself (on PostgreSQL, sent
+    in the finish's pipeline); else the edges are read first (with the
+    finish, on PostgreSQL).
+    """
+    now = time.time()
+    a, c = (s.job_id for s in store.insert_jobs([NewJob("tests.f", b"a", ()), NewJob("tests.f", b"c", ())], now))
+    (d,) = (s.job_id for s in store.insert_jobs([NewJob("tests.f", b"d", (a, c))], now))
+    claimed = {x.job_id: x for x in store.claim("owner-1", 2, 30.0, now)}
+    assert sorted(claimed) == [a, c]
+    store.ctx.dependents_likely = likely
+    with answer_lost(store, monkeypatch) as lost:
+        _, done, _ = store.finish_and_claim([_ok(claimed[a], now, b"A")], "owner-1", 0, 30.0, now + 1.0)
+    assert lost() == 1  # the first try's COMMIT was made, and looked failed
+    # The future of a is resolved: its finish was made (by the first try).
+    assert [(f.job_id, f.state, f.result) for f in done.finals] == [(a, schema.DONE, b"A")]
+    assert done.lost == []
+    assert _state(store, a) == (schema.DONE, 0)
+    assert _state(store, d) == (schema.WAITING, 1)  # counted down once: c is not done
+    assert _attempt_rows(store, a) == ["ok"]  # one row for the one attempt
+    # c's finish releases d, as it would have without the lost answer.
+    _, done, _ = store.finish_and_claim([_ok(claimed[c], now, b"C")], "owner-1", 0, 30.0, now + 2.0)
+    assert [f.job_id for f in done.finals] == [c] and done.released == 1
+    assert _state(store, d) == (schema.READY, 0)
+
+
+def test_a_failure_committed_without_an_answer_is_not_recorded_twice(store, monkeypatch):
+    """A retry (attempt failed, retries left) commits, its answer is lost: one attempt row, the job ready once."""
+    now = time.time()
+    (a,) = (s.job_id for s in store.insert_jobs([NewJob("tests.f", b"a", (), retries=2)], now))
+    (claimed,) = store.claim("owner-1", 1, 30.0, now)
+    failed = Report(a, claimed.attempt, False, b"err", "exception", "ValueError: no", worker="host:1",
+                    started_at=now, ended_at=now + 0.5)
+    with answer_lost(store, monkeypatch) as lost:
+        _, done, _ = store.finish_and_claim([failed], "owner-1", 0, 30.0, now + 1.0)
+    assert lost() == 1
+    assert done.lost == [] and done.finals == []
+    assert _state(store, a)[0] == schema.READY
+    assert _attempt_rows(store, a) == ["exception"]
+    j = store.tables.jobs
+    with store.engine.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(j).where(j.c.id == a, j.c.attempt == claimed.attempt)).scalar() == 1
+
+
+def _refused_answer(store) -> BaseException:
+    """An error the store does not retry by itself (not a lost connection): the loop's next tick writes again."""
+    kind = store.engine.dialect.name
+    if kind == "sqlite":
+        import sqlite3
+
+        return sqlite3.DatabaseError("the answer to COMMIT was lost")
+    if kind == "postgresql":
+        import psycopg
+
+        return psycopg.DatabaseError("the answer to COMMIT was lost")
+    import pymysql
+
+    return pymysql.err.DatabaseError("the answer to COMMIT was lost")
+
+
+def test_the_loop_writes_reports_again_without_counting_twice_what_an_unconfirmed_commit_did(db, monkeypatch, tmp_path):
+    """An executor's tick that finishes ``a`` commits, and its COMMIT raises: the next tick must not release ``d``.
+
+    The store does not run the transaction again itself here (the error is
+    not one it retries): the loop keeps the reports and writes them in a
+    later tick, which must leave out what the first one recorded.
+    """
+    ex = db.executor(2)
+    store = ex._store
+    gate, gate_a = tmp_path / "gate", tmp_path / "gate-a"
+    a = ex.submit(jobs.wait_for_file, str(gate_a), "a")
+    c = ex.submit(jobs.wait_for_file, str(gate), "c")
+    target = a.job_id
+    finishing = threading.Event()  # a transaction sent a's report, and has not committed yet
+    lost = []
+
+    def watching(real):
+        def wrapped(ctx, conn, reports, *args, **kwargs):
+            if any(r.job_id == target for r in reports):
+                finishing.set()
+            return real(ctx, conn, reports, *args, **kwargs)
+
+        return wrapped
+
+    monkeypatch.setattr(finish_module, "finish", watching(finish_module.finish))
+    monkeypatch.setattr(finish_module, "finish_pipelined", watching(finish_module.finish_pipelined))
+    dialect = store.engine.dialect
+    real_commit = dialect.do_commit
+
+    def do_commit(dbapi_connection) -> None:
+        real_commit(dbapi_connection)
+        if finishing.is_set() and not lost:
+            finishing.clear()
+            lost.append(1)
+            raise _refused_answer(store)
+
+    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    d = ex.submit(jobs.add, a, c)
+    ex.flush()  # d's row is written (waiting for both) before a may finish
+    gate_a.write_text("go")
+    assert a.result(timeout=30) == "a"
+    assert lost == [1]
+    try:
+        time.sleep(0.5)  # ticks after the lost answer: d must still wait for c
+        assert (db.row(d.job_id).state, db.row(d.job_id).open_deps) == (schema.WAITING, 1)
+        assert [r.outcome for r in db.attempts(target)] == ["ok"]
+    finally:
+        gate.write_text("go")
+    assert d.result(timeout=30) == "ac"
+    assert [r.outcome for r in db.attempts(c.job_id)] == ["ok"]
