@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import logging
 import threading
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -34,6 +33,7 @@ from sqlalchemy.engine import URL, Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from .. import schema
+from . import pg_listen, pg_pipeline
 from .base import Driver, Rows, _counted_down
 
 if TYPE_CHECKING:
@@ -49,7 +49,6 @@ _ADVISORY_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
 # The attempt rows' columns the finish statement takes as arrays (outcome_lost: the outcome if the lease was lost).
 _ATTEMPT_ARRAYS = ("job_id", "attempt", "worker", "started_at", "ended_at", "outcome", "outcome_lost", "detail")
 
-log = logging.getLogger("dbexecutor.listen")
 
 
 class PostgreSQLDriver(Driver):
@@ -381,70 +380,17 @@ class PostgreSQLDriver(Driver):
         return stmt, params
 
     def pipelined(self, conn: Connection, batch: Sequence[tuple[Any, dict[str, Any]]]) -> list[Rows]:
-        # psycopg's pipeline mode: the statements (and the BEGIN before them,
-        # if the transaction has not started: _begin_here) go out together and the answers
-        # are read at one sync, so the wait for the server is paid once. A
-        # chain's link is three statements (the finish, the count-down, the
-        # next link's lease): three waits of 0.3-0.7 ms in the scheduler's
-        # process here, where the server's own work for each is 0.1-0.4 ms.
-        # SQLAlchemy's execution reads each result as the statement returns,
-        # which a pipeline does not allow: the statements are compiled by
-        # SQLAlchemy once and sent on the DBAPI connection, and an error is
-        # raised as SQLAlchemy would raise it (wrapped, and a lost
-        # connection invalidated), for the transaction's retry to judge; the
-        # engine's cursor-execute event listeners see each statement, as
-        # SQLAlchemy's own executions outside a statement's context do
-        # (context None).
-        import psycopg
-
-        if not psycopg.Pipeline.is_supported():  # libpq before 14 (a psycopg without its binary package)
-            return super().pipelined(conn, batch)
+        # psycopg's pipeline mode (pg_pipeline): the statements, and the BEGIN
+        # before them if they open the transaction, go out together and the
+        # answers are read at one sync, so the wait for the server is paid
+        # once. A chain's link is three statements (the finish, the
+        # count-down, the next link's lease): three waits of 0.3-0.7 ms in
+        # the scheduler's process here, where the server's own work for each
+        # is 0.1-0.4 ms.
         raw = cast(Any, conn.connection.dbapi_connection)
-        if len(batch) == 1 and not _opens_transaction(raw):
-            return super().pipelined(conn, batch)  # one statement, nothing to send with it
-        sent = [(self._compiled(conn, stmt), params) for stmt, params in batch]
-        cursors: list[Any] = []
-        statement, values = "", {}
-        events = conn._has_events or conn.engine._has_events
-        executed: list[tuple[str, Any]] = []
-        begin = _begin_here(raw)
-        try:
-            try:
-                with raw.pipeline():
-                    if begin is not None:
-                        raw.execute(begin)
-                    for (statement, compiled), params in sent:
-                        values = compiled.construct_params(params)
-                        # SQLAlchemy's own conversions on the way in (its ARRAY's: a sequence to a list).
-                        for name, convert in getattr(compiled, "_bind_processors", {}).items():
-                            if name in values:
-                                values[name] = convert(values[name])
-                        cur = raw.cursor()
-                        cursors.append(cur)
-                        if events:
-                            for fn in conn.dispatch.before_cursor_execute:
-                                statement, values = fn(conn, cur, statement, values, None, False)
-                            executed.append((statement, values))
-                        cur.execute(statement, values)
-                out = [Rows([c.name for c in cur.description], cur.fetchall()) if cur.description else Rows([], [])
-                       for cur in cursors]
-                for cur, (statement, values) in zip(cursors, executed):
-                    for fn in conn.dispatch.after_cursor_execute:
-                        fn(conn, cur, statement, values, None, False)
-                return out
-            finally:
-                if begin is not None:
-                    # What psycopg's flag would say had it sent the BEGIN itself
-                    # (the public setter refuses inside a transaction).
-                    raw._autocommit = False
-                for cur in cursors:
-                    cur.close()
-        except psycopg.Error as error:
-            lost = conn.dialect.is_disconnect(cast(Any, error), raw, None)
-            if lost:
-                conn.invalidate()
-            raise DBAPIError.instance(statement, values, error, psycopg.Error, connection_invalidated=lost,
-                                      dialect=conn.dialect) from error
+        if not pg_pipeline.supported() or (len(batch) == 1 and not pg_pipeline.opens_transaction(raw)):
+            return super().pipelined(conn, batch)  # libpq before 14; or one statement, nothing to send with it
+        return pg_pipeline.send(conn, raw, [(self._compiled(conn, stmt), params) for stmt, params in batch])
 
     def _compiled(self, conn: Connection, stmt: Any) -> tuple[str, Any]:
         """``stmt`` compiled for this dialect, once: its text and the compiled form that fills in its parameters."""
@@ -477,7 +423,7 @@ class PostgreSQLDriver(Driver):
         cargs, cparams = engine.dialect.create_connect_args(target)
         where = f"{target.host or 'localhost'}:{target.port or 5432}"
         thread = threading.Thread(
-            target=_listen,
+            target=pg_listen.listen_loop,
             args=(cargs, cparams, channel, callback, stop, where, url is not None),
             name="dbexecutor-listen",
             daemon=True,
@@ -486,101 +432,10 @@ class PostgreSQLDriver(Driver):
         return thread
 
 
-def _listen(
-    cargs: Any,
-    cparams: dict[str, Any],
-    channel: str,
-    callback: Callable[[str | None], None],
-    stop: threading.Event,
-    where: str = "",
-    listen_url: bool = False,
-) -> None:
-    import psycopg
-    from psycopg import sql
-
-    backoff = 0.1
-    warned = False
-    while not stop.is_set():
-        try:
-            with psycopg.connect(*cargs, **cparams, autocommit=True) as pg:
-                # A pooler (PgBouncer, ...) answers the connection with a
-                # process id of its own, not the server's. In transaction
-                # pooling, LISTEN there would stay on a server connection that
-                # later serves other clients (PgBouncer drops what arrives on
-                # it meanwhile), and nothing would reach this one: poll instead.
-                # A listen_url is taken as given (a session-mode pool works).
-                server_pid = pg.execute("SELECT pg_backend_pid()").fetchone()
-                pooled = server_pid is not None and server_pid[0] != pg.info.backend_pid
-                if pooled and not listen_url:
-                    log.warning(
-                        "%s goes through a connection pooler: no LISTEN there (in transaction pooling it would "
-                        "lose the notifications), so this process polls for work and results from other "
-                        "processes every poll_interval; give listen_url (dbexecutor worker --listen-url) "
-                        "a direct URL of the server for wake-ups", where,
-                    )
-                    return
-                if pooled and not warned:
-                    warned = True
-                    log.warning(
-                        "listen_url %s goes through a connection pooler: LISTEN works there only in "
-                        "session pooling; polling every poll_interval stays as the backstop", where,
-                    )
-                pg.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                callback(None)  # anything sent while we were not listening is unknown
-                backoff = 0.1
-                while not stop.is_set():
-                    # A bounded wait, so that ``stop`` is seen within half a second.
-                    for note in pg.notifies(timeout=0.5):
-                        callback(note.payload)
-        except psycopg.Error as error:
-            if stop.is_set():
-                break
-            log.info("LISTEN connection lost (%s); reconnecting in %.1f s", type(error).__name__, backoff)
-            stop.wait(backoff)
-            backoff = min(backoff * 2, 5.0)
-        except Exception:  # a bug in the callback must not end the wake-ups silently
-            log.exception("the LISTEN thread failed; polling continues without it")
-            return
-
-
 def _pairs(name: str) -> Any:
     """The pairs bound as ``name`` (:meth:`PostgreSQLDriver.pairs`: two arrays) as a table ``name(a, b)``."""
     firsts, seconds = (bindparam(f"{name}_{i}", type_=ARRAY(BigInteger)) for i in (1, 2))
     return func.unnest(firsts, seconds).table_valued("a", "b").render_derived(name=name)
-
-
-def _opens_transaction(raw: Any) -> bool:
-    """Whether the next statement on psycopg connection ``raw`` begins a transaction (psycopg would send a ``BEGIN``)."""
-    import psycopg
-
-    return not raw.autocommit and raw.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
-
-
-def _begin_here(raw: Any) -> bytes | None:
-    """The ``BEGIN`` a pipeline on ``raw`` should send itself, with ``raw`` put in autocommit; None if it need not.
-
-    psycopg starts a transaction on a connection's first statement, and in
-    a pipeline it follows its ``BEGIN`` with a sync and waits for the
-    server's answer (so that it knows the transaction's state): one more
-    round trip for a tick whose first statements are the pipeline (a
-    chain's link). Sent as the pipeline's first statement, with psycopg in
-    autocommit for the while so that it adds none, the ``BEGIN`` costs no
-    wait; it is the one psycopg would send (the connection's isolation
-    level and access modes). The caller puts psycopg's autocommit flag back
-    once the pipeline is over. Not where the transaction has begun, the
-    connection is in autocommit, or psycopg has not the flag this relies on.
-    """
-    if not _opens_transaction(raw) or not hasattr(raw, "_autocommit"):  # a psycopg whose internals moved: its own BEGIN
-        return None
-    parts = [b"BEGIN"]
-    if raw.isolation_level is not None:
-        parts += [b"ISOLATION LEVEL", raw.isolation_level.name.replace("_", " ").encode()]
-    if raw.read_only is not None:
-        parts.append(b"READ ONLY" if raw.read_only else b"READ WRITE")
-    if raw.deferrable is not None:
-        parts.append(b"DEFERRABLE" if raw.deferrable else b"NOT DEFERRABLE")
-    raw.autocommit = True  # no I/O: the connection is idle
-    return b" ".join(parts)
 
 
 def _constant(values: list[Any]) -> bool:

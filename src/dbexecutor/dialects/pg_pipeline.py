@@ -1,0 +1,120 @@
+"""PostgreSQL's pipeline: several statements sent together on psycopg's connection, the answers read at one sync.
+
+What :meth:`PostgreSQLDriver.pipelined <dbexecutor.dialects.postgresql.PostgreSQLDriver.pipelined>`
+sends once the driver has compiled its statements. SQLAlchemy's execution
+reads each result as its statement returns, which a pipeline does not allow:
+the statements, compiled by SQLAlchemy once, go out on the DBAPI connection;
+an error is raised as SQLAlchemy would raise it (wrapped, and a lost
+connection invalidated), for the transaction's retry to judge; the engine's
+cursor-execute listeners see each statement, as SQLAlchemy's own executions
+outside a statement's context do (context None).
+
+A pipeline that opens the transaction sends the ``BEGIN`` itself
+(:func:`begin_here`): psycopg, beginning one inside a pipeline, would wait
+for its answer first (one more round trip).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import DBAPIError
+
+from .base import Rows
+
+__all__ = ["begin_here", "opens_transaction", "send", "supported"]
+
+
+def supported() -> bool:
+    """Whether psycopg's libpq has pipeline mode (14 and newer; a psycopg without its binary package may not)."""
+    import psycopg
+
+    return bool(psycopg.Pipeline.is_supported())
+
+
+def send(conn: Connection, raw: Any, sent: Sequence[tuple[tuple[str, Any], dict[str, Any]]]) -> list[Rows]:
+    """Send each ``((text, compiled), parameters)`` of ``sent`` on ``conn``'s psycopg connection ``raw`` in one pipeline; their rows.
+
+    ``compiled``: SQLAlchemy's compiled form of the statement, which fills
+    in its parameters (and converts them as SQLAlchemy's own execution would).
+    """
+    import psycopg
+
+    cursors: list[Any] = []
+    statement, values = "", {}
+    events = conn._has_events or conn.engine._has_events
+    executed: list[tuple[str, Any]] = []
+    begin = begin_here(raw)
+    try:
+        try:
+            with raw.pipeline():
+                if begin is not None:
+                    raw.execute(begin)
+                for (statement, compiled), params in sent:
+                    values = compiled.construct_params(params)
+                    # SQLAlchemy's own conversions on the way in (its ARRAY's: a sequence to a list).
+                    for name, convert in getattr(compiled, "_bind_processors", {}).items():
+                        if name in values:
+                            values[name] = convert(values[name])
+                    cur = raw.cursor()
+                    cursors.append(cur)
+                    if events:
+                        for fn in conn.dispatch.before_cursor_execute:
+                            statement, values = fn(conn, cur, statement, values, None, False)
+                        executed.append((statement, values))
+                    cur.execute(statement, values)
+            out = [Rows([c.name for c in cur.description], cur.fetchall()) if cur.description else Rows([], [])
+                   for cur in cursors]
+            for cur, (statement, values) in zip(cursors, executed):
+                for fn in conn.dispatch.after_cursor_execute:
+                    fn(conn, cur, statement, values, None, False)
+            return out
+        finally:
+            if begin is not None:
+                # What psycopg's flag would say had it sent the BEGIN itself
+                # (the public setter refuses inside a transaction).
+                raw._autocommit = False
+            for cur in cursors:
+                cur.close()
+    except psycopg.Error as error:
+        lost = conn.dialect.is_disconnect(cast(Any, error), raw, None)
+        if lost:
+            conn.invalidate()
+        raise DBAPIError.instance(statement, values, error, psycopg.Error, connection_invalidated=lost,
+                                  dialect=conn.dialect) from error
+
+
+def opens_transaction(raw: Any) -> bool:
+    """Whether the next statement on psycopg connection ``raw`` begins a transaction (psycopg would send a ``BEGIN``)."""
+    import psycopg
+
+    return not raw.autocommit and raw.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def begin_here(raw: Any) -> bytes | None:
+    """The ``BEGIN`` a pipeline on ``raw`` should send itself, with ``raw`` put in autocommit; None if it need not.
+
+    psycopg starts a transaction on a connection's first statement, and in
+    a pipeline it follows its ``BEGIN`` with a sync and waits for the
+    server's answer (so that it knows the transaction's state): one more
+    round trip for a tick whose first statements are the pipeline (a
+    chain's link). Sent as the pipeline's first statement, with psycopg in
+    autocommit for the while so that it adds none, the ``BEGIN`` costs no
+    wait; it is the one psycopg would send (the connection's isolation
+    level and access modes). The caller puts psycopg's autocommit flag back
+    once the pipeline is over. Not where the transaction has begun, the
+    connection is in autocommit, or psycopg has not the flag this relies on.
+    """
+    if not opens_transaction(raw) or not hasattr(raw, "_autocommit"):  # a psycopg whose internals moved: its own BEGIN
+        return None
+    parts = [b"BEGIN"]
+    if raw.isolation_level is not None:
+        parts += [b"ISOLATION LEVEL", raw.isolation_level.name.replace("_", " ").encode()]
+    if raw.read_only is not None:
+        parts.append(b"READ ONLY" if raw.read_only else b"READ WRITE")
+    if raw.deferrable is not None:
+        parts.append(b"DEFERRABLE" if raw.deferrable else b"NOT DEFERRABLE")
+    raw.autocommit = True  # no I/O: the connection is idle
+    return b" ".join(parts)
