@@ -128,6 +128,73 @@ def test_a_failure_committed_without_an_answer_is_not_recorded_twice(store, monk
         assert conn.execute(select(func.count()).select_from(j).where(j.c.id == a, j.c.attempt == claimed.attempt)).scalar() == 1
 
 
+def _count(store) -> int:
+    j = store.tables.jobs
+    with store.engine.connect() as conn:
+        return int(conn.execute(select(func.count()).select_from(j)).scalar_one())
+
+
+def test_a_submit_committed_without_an_answer_is_stored_once(store, monkeypatch):
+    """Jobs without keys whose insert commits, its answer lost: the second try finds them and stores none again."""
+    now = time.time()
+    with answer_lost(store, monkeypatch) as lost:
+        out = store.insert_jobs([NewJob("tests.f", b"x%d" % i, ()) for i in range(3)], now)
+    assert lost() == 1
+    assert _count(store) == 3
+    j = store.tables.jobs
+    with store.engine.connect() as conn:
+        stored = list(conn.execute(select(j.c.id).order_by(j.c.id)).scalars())
+    assert [s.job_id for s in out] == stored  # the futures get the rows that are there
+
+
+def test_a_one_row_submit_committed_without_an_answer_is_found_by_its_submitter(store, monkeypatch):
+    """A submit of one job (on PostgreSQL a statement in autocommit) lands, its answer lost: found, not stored again.
+
+    Found by its submitter and creation time, not by what the try returned:
+    in autocommit the statement commits as it runs, and the answer lost may
+    be the statement's own.
+    """
+    now = time.time()
+    store.insert_jobs([NewJob("tests.f", b"first", (), submitted_by="me-1")], now)  # the group is written
+    with answer_lost(store, monkeypatch) as lost:
+        (row,) = store.insert_jobs([NewJob("tests.f", b"x", (), submitted_by="me-1")], now + 1.0)
+    assert lost() == 1
+    assert _count(store) == 2
+    assert _state(store, row.job_id)[0] == schema.READY and row.state == schema.READY
+
+
+def test_a_tick_committed_without_an_answer_is_not_written_again(store, monkeypatch):
+    """A tick that inserts, records and claims commits, its answer lost: its rows, leases and reports stand once."""
+    now = time.time()
+    (a,) = (s.job_id for s in store.insert_jobs([NewJob("tests.f", b"a", ())], now))
+    (held,) = store.claim("owner-1", 1, 30.0, now)
+    report = _ok(held, now, b"A")
+    new = [NewJob("tests.f", b"n%d" % i, ()) for i in range(2)]
+    with answer_lost(store, monkeypatch) as lost:
+        inserted, done, claimed = store.finish_and_claim([report], "owner-1", 2, 30.0, now + 1.0, new)
+    assert lost() == 1
+    assert _count(store) == 3  # a and the two new rows, once
+    assert sorted(c.job_id for c in claimed) == sorted(s.job_id for s in inserted)
+    for c in claimed:  # what the caller was told it holds is what the rows say
+        assert _state(store, c.job_id)[0] == schema.LEASED
+    assert [f.job_id for f in done.finals] == [a]
+    assert _attempt_rows(store, a) == ["ok"]
+
+
+def test_a_claim_committed_without_an_answer_returns_the_leases_it_took(store, monkeypatch):
+    """A claim commits, its answer lost: the caller gets the jobs leased then, not a second claim that finds none."""
+    now = time.time()
+    ids = [s.job_id for s in store.insert_jobs([NewJob("tests.f", b"c%d" % i, ()) for i in range(2)], now)]
+    with answer_lost(store, monkeypatch) as lost:
+        claimed = store.claim("owner-1", 1, 30.0, now, probe=False)  # no read first: the claim's is the COMMIT lost
+    assert lost() == 1
+    assert [c.job_id for c in claimed] == [ids[0]]
+    j = store.tables.jobs
+    with store.engine.connect() as conn:
+        leased = conn.execute(select(j.c.id, j.c.attempt).where(j.c.state == schema.LEASED)).all()
+    assert [(r.id, r.attempt) for r in leased] == [(c.job_id, c.attempt) for c in claimed]
+
+
 def _refused_answer(store) -> BaseException:
     """An error the store does not retry by itself (not a lost connection): the loop's next tick writes again."""
     kind = store.engine.dialect.name

@@ -45,7 +45,7 @@ from ..errors import ConfigurationError
 from ..readmodels import ExecutorInfo, GroupInfo, JobProgress, StopRequest
 from ..records import Claimed, Final, Finished, NewJob, Registration, Renewal, Report, Submitted
 from .. import hosts
-from . import admin, claim, control, dag, finish, fleet, leases, migrations, reads, submit
+from . import admin, claim, control, dag, finish, fleet, landed, leases, migrations, reads, submit
 from .clock import Clock
 from .console import Console
 from .context import Context
@@ -56,6 +56,8 @@ from .sql import DEFAULT_SCOPE, Scope, Statements
 __all__ = ["Store", "SchemaReport", "masked_url", "worker_name"]
 
 T = TypeVar("T")
+#: What a tick's transaction returns (Store.finish_and_claim): rows inserted, reports' outcome, claimed, groups, drained.
+_Tick = tuple[list[Submitted], Finished, list[Claimed], dict[str, int | None], bool | None]
 
 
 def worker_name(pid: int) -> str:
@@ -193,7 +195,13 @@ class Store:
         self._db.release(hold)
 
     def transaction(
-        self, work: Callable[[Connection], T], *, read_only: bool = False, tries: int = MAX_TRIES, one_write: bool = False
+        self,
+        work: Callable[[Connection], T],
+        *,
+        read_only: bool = False,
+        tries: int = MAX_TRIES,
+        one_write: bool = False,
+        landed: Callable[[Connection, T | None], T | None] | None = None,
     ) -> T:
         """Run ``work(conn)`` in one transaction, tried again on a transient error; what it returns.
 
@@ -202,7 +210,9 @@ class Store:
         the notifications the transaction owes, sent once it committed.
         ``read_only``: no write lock is taken (SQLite) and nothing is
         notified; ``one_write``: ``work`` sends a single write, which may
-        run in autocommit where the database makes that cheaper.
+        run in autocommit where the database makes that cheaper; ``landed``:
+        whether a try whose ``COMMIT`` failed was committed all the same
+        (see :meth:`Database.txn`).
         """
         unsent = self.ctx.unsent()
 
@@ -210,7 +220,7 @@ class Store:
             unsent.clear()  # a transaction tried again notifies afresh
             return work(conn)
 
-        out = self._db.txn(attempt, read_only=read_only, tries=tries, one_write=one_write)
+        out = self._db.txn(attempt, read_only=read_only, tries=tries, one_write=one_write, landed=landed)
         if unsent:
             payloads = list(unsent)
             unsent.clear()
@@ -292,7 +302,14 @@ class Store:
             submit.notify_changes(self.ctx, conn, jobs, out, now, carried=notice)
             return out, groups
 
-        out, groups = self.transaction(work, one_write=submit.one_write(self.ctx, jobs))
+        def made(
+            conn: Connection, out: tuple[list[Submitted], dict[str, int | None]] | None
+        ) -> tuple[list[Submitted], dict[str, int | None]] | None:
+            # In autocommit (one_write) the insert may have landed without its try returning.
+            rows = landed.submitted(self.ctx, conn, jobs, now, out[0] if out is not None else None)
+            return None if rows is None else (rows, out[1] if out is not None else {})
+
+        out, groups = self.transaction(work, one_write=submit.one_write(self.ctx, jobs), landed=made)
         submit.groups_done(self.ctx, groups)
         return out
 
@@ -428,8 +445,11 @@ class Store:
                 before_commit(got, Finished())
             return got, drained
 
+        def made(conn: Connection, out: tuple[list[Claimed], bool] | None) -> tuple[list[Claimed], bool] | None:
+            return out if out is not None and landed.leased(self.ctx, conn, owner, out[0]) else None
+
         out: list[Claimed]
-        out, drained = self.transaction(work)
+        out, drained = self.transaction(work, landed=made)
         self.ctx.backlog = len(out) >= limit
         self.drained = drained
         return out
@@ -471,10 +491,12 @@ class Store:
         the transaction is tried again, and the commit may still fail: the
         caller must be able to take back what it did with them.
 
-        ``unsure``: these reports were sent before, in a transaction whose
-        ``COMMIT`` failed, and may have been recorded (the answer lost with
-        the connection). This transaction then leaves out what was, as it
-        does when it runs again itself (:func:`finish.recorded_before`).
+        ``unsure``: these reports were sent before, in a tick whose ``COMMIT``
+        failed, and may have been recorded (the answer lost with the
+        connection): this transaction leaves out those that were
+        (:func:`finish.recorded_before`). Within this call, a try whose
+        ``COMMIT`` failed and that was made all the same is not written
+        again (:func:`landed.tick`).
         """
         direct = (
             limit > 0
@@ -484,14 +506,10 @@ class Store:
             and all(submit.claimable_on_arrival(job, now, scope) for job in new)
         )
         ctx = self.ctx
-        tries = 0
-
-        def work(conn: Connection) -> tuple[list[Submitted], Finished, list[Claimed], dict[str, int | None], bool | None]:
-            nonlocal tries
-            tries += 1
+        def work(conn: Connection) -> _Tick:
             todo: list[Report] = list(reports)
-            before: list[Final] = []  # the finals of reports a try before recorded
-            if reports and (unsure or tries > 1):
+            before: list[Final] = []  # the finals of reports an earlier tick recorded
+            if reports and unsure:
                 todo, before = finish.recorded_before(ctx, conn, reports)
             inserted: list[Submitted] = []
             drained: bool | None = None  # None: nothing looked, nothing made runnable
@@ -541,8 +559,11 @@ class Store:
                 before_commit(claimed, done)
             return inserted, done, claimed, groups, drained
 
+        def made(conn: Connection, out: _Tick | None) -> _Tick | None:
+            return out if out is not None and landed.tick(ctx, conn, now, owner, reports, out[0], out[2]) else None
+
         before, self.drained = self.drained, False  # until the commit says otherwise
-        inserted, done, claimed, groups, drained = self.transaction(work)
+        inserted, done, claimed, groups, drained = self.transaction(work, landed=made)
         submit.groups_done(ctx, groups)
         # A hint only (other processes add work too): whether runnable rows
         # are likely left, so that the next burst need not look.

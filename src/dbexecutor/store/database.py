@@ -151,7 +151,13 @@ class Database:
         return hold.autocommit and self.driver.autocommits_one_write
 
     def txn(
-        self, work: Callable[[Connection], T], *, read_only: bool = False, tries: int = MAX_TRIES, one_write: bool = False
+        self,
+        work: Callable[[Connection], T],
+        *,
+        read_only: bool = False,
+        tries: int = MAX_TRIES,
+        one_write: bool = False,
+        landed: Callable[[Connection, T | None], T | None] | None = None,
     ) -> T:
         """Run ``work`` in one transaction, again after a deadlock, busy database or lost connection.
 
@@ -159,7 +165,17 @@ class Database:
         statement at most (and reads only what may be read outside a
         transaction): where the driver says it pays, it runs in autocommit,
         each statement committed as it ends, without ``BEGIN`` and ``COMMIT``.
+
+        ``landed``: a connection can drop after the server committed and
+        before its answer arrived, and a lost connection is tried again.
+        Before ``work`` runs again, ``landed(conn, what the last try that
+        ran to its end returned, or None)`` reads whether an earlier try was
+        committed all the same (its ``COMMIT``, or in autocommit its one
+        statement); it returns what to return then, and ``work`` does not
+        run again (it would write its rows twice), or None.
         """
+        if landed is not None:
+            work = _once(work, landed)
         delay = 0.02
         hold = self._held(one_write)
         for attempt in itertools.count(1):
@@ -203,3 +219,21 @@ class Database:
     def retry_later(self, error: DBAPIError) -> bool:
         """Whether ``error`` is the database's state (down, busy, restarting) rather than a refused row."""
         return isinstance(error, (OperationalError, InterfaceError)) or self.driver.is_transient(error)
+
+
+def _once(work: Callable[[Connection], T], landed: Callable[[Connection, T | None], T | None]) -> Callable[[Connection], T]:
+    """``work``, which from its second try on first asks ``landed`` whether an earlier try was committed."""
+    tried: list[T] = []  # what the last try that ran to its end returned (its COMMIT then failed)
+    first = [True]
+
+    def run(conn: Connection) -> T:
+        if not first[0]:
+            found = landed(conn, tried[0] if tried else None)
+            if found is not None:
+                return found
+        first[0] = False
+        out = work(conn)
+        tried[:] = [out]
+        return out
+
+    return run

@@ -20,6 +20,28 @@ class ReadStatements(StatementsBase):
     """What executors (and the store's status) read back."""
 
     @cached_property
+    def created_at(self) -> Select[Any]:
+        """Job ``p_id`` if it was created at ``p_now`` (whether a write whose ``COMMIT`` did not answer was made)."""
+        j = self.tables.jobs
+        return select(j.c.id).where(j.c.id == _p("id"), j.c.created_at == _p("now", j.c.created_at))
+
+    @cached_property
+    def created_by(self) -> Select[Any]:
+        """``(id, state, result, fn_name)`` of the jobs ``p_by`` created at ``p_now``, by id (a one-statement submit whose answer was lost)."""
+        j = self.tables.jobs
+        return (
+            select(j.c.id, j.c.state, j.c.result, j.c.fn_name)
+            .where(j.c.created_at == _p("now", j.c.created_at), j.c.submitted_by == _p("by"))
+            .order_by(j.c.id)
+        )
+
+    @cached_property
+    def held_by(self) -> Select[Any]:
+        """Job ``p_id`` if ``p_owner`` holds its lease at attempt ``p_attempt`` (whether a claim whose ``COMMIT`` did not answer was made)."""
+        j = self.tables.jobs
+        return select(j.c.id).where(j.c.id == _p("id"), j.c.attempt == _p("attempt"), j.c.lease_owner == _p("owner"))
+
+    @cached_property
     def finals(self) -> Select[Any]:
         """State and result of the finished jobs among ``p_ids``."""
         j = self.tables.jobs
