@@ -25,6 +25,7 @@ from sqlalchemy import func, select
 import jobs
 from dbexecutor import schema
 from dbexecutor.records import NewJob, Report
+from dbexecutor.store import Store
 from dbexecutor.store import finish as finish_module
 
 
@@ -261,3 +262,92 @@ def test_the_loop_writes_reports_again_without_counting_twice_what_an_unconfirme
         gate.write_text("go")
     assert d.result(timeout=30) == "ac"
     assert [r.outcome for r in db.attempts(c.job_id)] == ["ok"]
+
+
+def test_the_loop_does_not_store_again_the_jobs_of_a_tick_whose_commit_it_could_not_confirm(db, monkeypatch):
+    """A tick that inserts submitted jobs commits, its answer is lost, and the store's retries all fail: the next tick finds the rows.
+
+    The store gives up (the database looks down for all its tries), and the
+    jobs go back to the submit queue with the failed write's time; the next
+    writer reads their rows by submitter and that time, gives the futures
+    those ids, and writes none of them again. What that tick leased is
+    reclaimed when its leases expire (short here).
+    """
+    ex = db.executor(2, lease_ttl=2.0)
+    store = ex._store
+    real = Store.finish_and_claim
+    inserting = threading.Event()  # a tick with new rows is being written
+    lost = []
+
+    def finish_and_claim(self, reports, owner, limit, ttl, now, new=(), *args, **kwargs):
+        if new and not lost:
+            inserting.set()
+        try:
+            return real(self, reports, owner, limit, ttl, now, new, *args, **kwargs)
+        finally:
+            inserting.clear()
+
+    monkeypatch.setattr(Store, "finish_and_claim", finish_and_claim)
+    dialect = store.engine.dialect
+    real_commit = dialect.do_commit
+
+    def do_commit(dbapi_connection) -> None:
+        # The first COMMIT of that tick is made; it and every try the store makes after it fail.
+        real_commit(dbapi_connection)
+        if inserting.is_set():
+            lost.append(1)
+            raise _dropped(store)
+
+    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    futures = [ex.submit(jobs.square, i) for i in range(5)]
+    assert [f.result(timeout=60) for f in futures] == [0, 1, 4, 9, 16]
+    assert len(lost) > 1  # the store tried again, and gave up
+    assert len(db.jobs()) == 5  # each stored once
+    assert sorted(f.job_id for f in futures) == [r.id for r in db.jobs()]
+
+
+def test_a_durable_submit_whose_commit_could_not_be_confirmed_is_stored_once(db, monkeypatch):
+    """A durable submit's insert commits, its answer is lost and the store's retries fail: the submit raises, the job is stored once.
+
+    The job stays queued, as for a database that cannot be reached; the
+    loop's next write finds its row instead of writing it again, and runs it.
+    """
+    ex = db.executor(2, durable_submit=True, lease_ttl=2.0)
+    store = ex._store
+    ex.submit(jobs.square, 1).result(timeout=30)  # started, its group written
+    inserting = threading.Event()
+    lost = []
+
+    def watched(real):
+        def insert(self, *args, **kwargs):
+            if not lost:
+                inserting.set()
+            try:
+                return real(self, *args, **kwargs)
+            finally:
+                inserting.clear()
+
+        return insert
+
+    # SQLite's durable submit goes in leased when a slot is free (insert_leasing); the servers' as a plain insert.
+    monkeypatch.setattr(Store, "insert_jobs", watched(Store.insert_jobs))
+    monkeypatch.setattr(Store, "insert_leasing", watched(Store.insert_leasing))
+    dialect = store.engine.dialect
+    real_commit = dialect.do_commit
+
+    def do_commit(dbapi_connection) -> None:
+        real_commit(dbapi_connection)
+        if inserting.is_set():
+            lost.append(1)
+            raise _dropped(store)
+
+    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    with pytest.raises(Exception):
+        ex.submit(jobs.square, 7)
+    assert len(lost) > 1
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not any(r.state == schema.DONE and r.id != 1 for r in db.jobs()):
+        time.sleep(0.05)
+    time.sleep(0.3)  # the loop's ticks after it
+    rows = db.jobs()
+    assert len(rows) == 2 and all(r.state == schema.DONE for r in rows)

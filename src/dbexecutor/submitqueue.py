@@ -97,6 +97,9 @@ class SubmitQueue:
         # costs its INSERT and COMMIT, not a trip through the pool too), whichever
         # thread holds the writer. In autocommit where the driver gains from it.
         self._hold: Hold | None = store.new_hold(autocommit=True)
+        # Jobs put back after a write whose COMMIT failed, with that write's time: the
+        # commit may have been made all the same, its answer lost (see confirm).
+        self._unsure: list[tuple[float, list[Item]]] = []
 
     def __len__(self) -> int:
         return len(self._items)
@@ -165,11 +168,50 @@ class SubmitQueue:
             rows.append(row)
         return kept, rows
 
-    def requeue(self, items: Sequence[Item]) -> None:
-        """Put jobs that could not be written back at the front (the database is unreachable)."""
+    def requeue(self, items: Sequence[Item], written_at: float | None = None, written: Sequence[Item] | None = None) -> None:
+        """Put jobs that could not be written back at the front (the database is unreachable).
+
+        ``written_at``: the time the failed write gave the rows of
+        ``written`` (default: all of ``items``); its ``COMMIT`` may have
+        been made (see :meth:`confirm`).
+        """
+        unsure = list(items if written is None else written)
         with self._lock:
             self._items[:0] = items
             self._linked += _linked([job for job, _ in items])
+            if written_at is not None and unsure:
+                self._unsure.append((written_at, unsure))
+
+    def unsure(self) -> bool:
+        """Whether jobs put back after a failed write wait for :meth:`confirm`."""
+        return bool(self._unsure)
+
+    def confirm(self) -> None:
+        """Take out the jobs put back after a failed write that was committed all the same, with the ids it gave them.
+
+        A connection can drop after the server committed and before its
+        answer arrived; the store's own retries read whether a try landed
+        (``store.landed``), but once they are spent the jobs come back here,
+        and writing them again would store them twice. Their rows are found
+        by submitter and creation time (``Store.rows_created``), all of one
+        write or none. Jobs with keys stay queued (a key is found again).
+        Call it holding the writer, before :meth:`take`; raises what the
+        database raised if it cannot be read (the jobs stay unsure).
+        """
+        while self._unsure:
+            at, items = self._unsure[0]
+            plain = [(job, fut) for job, fut in items if job.key is None]
+            rows = self._store.rows_created(at, [job for job, _ in plain]) if plain else None
+            self._unsure.pop(0)
+            if not rows:
+                continue  # not committed: they are written as any queued job
+            log.warning("%d submitted job(s) were stored by a write whose commit did not answer; not written again", len(rows))
+            written = {id(fut) for _, fut in plain}
+            with self._lock:
+                self._items = [item for item in self._items if id(item[1]) not in written]
+                self._linked -= _linked([job for job, _ in plain])
+            self.stored(plain, rows)
+            self._registry.settle(rows)
 
     def stored(self, items: Sequence[Item], rows: Sequence[Submitted]) -> None:
         """Written ``items`` became ``rows``: give their futures ids and track them (the caller settles final rows)."""
@@ -182,24 +224,27 @@ class SubmitQueue:
         queued); a row the database refuses fails that job's future instead.
         """
         with self._writer, self._store.holding_connection(self._hold):
+            if self._unsure:
+                self.confirm()
             items, jobs = self.resolve(self.take()[0])
             if not items:
                 return
             lease = self.lending.lend() if self.lending is not None and len(jobs) == 1 else None
             claimed: list[Claimed] = []
+            now = self._store.now()  # the rows' creation time (they are found by it if the COMMIT does not answer)
             try:
                 try:
                     if lease is not None:
-                        write = partial(self._insert_leasing, jobs[0], lease, claimed)
+                        write = partial(self._insert_leasing, jobs[0], lease, claimed, now)
                     else:
-                        write = partial(self._store.insert_jobs, jobs, self._store.now())
+                        write = partial(self._store.insert_jobs, jobs, now)
                     rows, _ = self._registry.write_and_track(write, [fut for _, fut in items])
                 finally:
                     if lease is not None:
                         self._landed(claimed)  # after the future is tracked: the loop may finish the job at once
             except (DBAPIError, ValueError) as error:
                 if not self.refused(error):
-                    self.requeue(items)
+                    self.requeue(items, written_at=now)
                     self._wake(work=True)  # the loop retries them
                     raise
                 self.write_one_by_one(items)
@@ -240,9 +285,9 @@ class SubmitQueue:
             self._writer.release()
         return True
 
-    def _insert_leasing(self, job: NewJob, lease: Lease, claimed: list[Claimed]) -> list[Submitted]:
+    def _insert_leasing(self, job: NewJob, lease: Lease, claimed: list[Claimed], now: float) -> list[Submitted]:
         """Insert ``job`` leased in a slot the loop lent, if a claim could pick nothing else; its claim goes in ``claimed``."""
-        row, got = self._store.insert_leasing(job, self._store.now(), lease.owner, lease.ttl, lease.scope)
+        row, got = self._store.insert_leasing(job, now, lease.owner, lease.ttl, lease.scope)
         claimed += got
         return [row]
 
@@ -265,11 +310,12 @@ class SubmitQueue:
             if not kept:
                 continue  # its upstream was refused before it: failed already
             (job, fut), row = item, rows_of[0]
+            now = self._store.now()
             try:
-                rows, _ = self._registry.write_and_track(lambda: self._store.insert_jobs([row], self._store.now()), [fut])
+                rows, _ = self._registry.write_and_track(lambda: self._store.insert_jobs([row], now), [fut])
             except (DBAPIError, ValueError) as error:
                 if not self.refused(error):
-                    self.requeue(items[n:])
+                    self.requeue(items[n:], written_at=now, written=[item])
                     raise
                 log.error(
                     "a %s job could not be stored: %s",

@@ -137,6 +137,8 @@ class TickCommit:
         # Nothing queued: no wait for the writer, which a durable submit holds through its round trip and commit.
         if len(self._queue):
             with self._queue.writing():
+                if self._queue.unsure():
+                    self._queue.confirm()  # jobs a tick whose COMMIT failed may have stored
                 # A bounded share per tick, so that a burst of thousands does
                 # not hold the claim back until all of them are written.
                 items, more = self._queue.take(_PENDING_PER_TICK)
@@ -176,13 +178,15 @@ class TickCommit:
 
     def _commit(self, items: list[Item], rows: list[NewJob], limit: int) -> tuple[list[Submitted], Finished] | None:
         """Insert ``items`` (as ``rows``), record the reports and claim up to ``limit`` jobs; None if rows were refused."""
+        now: float | None = None  # the time the rows are written with (found by it if the COMMIT did not answer)
         try:
             started, wakes = time.monotonic(), self._wakeup.wakes
             # New rows are always looked at by the store; saying so here also
             # renews what _still_drained trusts, from this tick's fresh look.
             look = bool(rows) or not self._still_drained()
+            now = self.store.now()
             inserted, done, claimed = self.store.finish_and_claim(
-                self._reports, self.owner, limit, self.s.lease_ttl, self.store.now(), rows, self._scope(), look=look,
+                self._reports, self.owner, limit, self.s.lease_ttl, now, rows, self._scope(), look=look,
                 before_commit=self._start_early, unsure=self._reports_unsure,
             )
             if look and limit > 0:
@@ -196,7 +200,7 @@ class TickCommit:
         except (DBAPIError, ValueError) as error:
             self._void_early()
             self._reports_unsure = bool(self._reports)
-            self._queue.requeue(items)
+            self._queue.requeue(items, written_at=now)
             if not items or not self._queue.refused(error):
                 raise
             # A row the database refuses must not hold up the rest: write them singly.

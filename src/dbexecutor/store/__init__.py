@@ -313,6 +313,10 @@ class Store:
         submit.groups_done(self.ctx, groups)
         return out
 
+    def rows_created(self, at: float, jobs: Sequence[NewJob]) -> list[Submitted] | None:
+        """The rows of ``jobs`` (no keys) if a write at ``at`` stored them (its ``COMMIT`` may not have answered), else None."""
+        return self.transaction(lambda conn: landed.submitted(self.ctx, conn, jobs, at, None), read_only=True)
+
     def insert_leasing(self, job: NewJob, now: float, owner: str, ttl: float, scope: Scope) -> tuple[Submitted, list[Claimed]]:
         """Insert one job, leased to ``owner`` if nothing else in ``scope`` could be claimed before it; the row and its claim.
 
@@ -332,9 +336,15 @@ class Store:
             submit.notify_changes(ctx, conn, [job], [row], now, taken=[row.job_id] if row.state == schema.LEASED else ())
             return row, groups
 
+        def made(
+            conn: Connection, out: tuple[Submitted, dict[str, int | None]] | None
+        ) -> tuple[Submitted, dict[str, int | None]] | None:
+            rows = landed.submitted(ctx, conn, [job], now, [out[0]] if out is not None else None)
+            return None if rows is None else (rows[0], out[1] if out is not None else {})
+
         # One statement where the insert reads back what it wrote (RETURNING), as a durable submit's plain insert.
         one = submit.one_write(ctx, [job]) and self.driver.insert_returning
-        row, groups = self.transaction(work, one_write=one)
+        row, groups = self.transaction(work, one_write=one, landed=made)
         submit.groups_done(ctx, groups)
         return row, submit.leased_on_insert([job], [row])
 
