@@ -351,3 +351,82 @@ def test_a_durable_submit_whose_commit_could_not_be_confirmed_is_stored_once(db,
     time.sleep(0.3)  # the loop's ticks after it
     rows = db.jobs()
     assert len(rows) == 2 and all(r.state == schema.DONE for r in rows)
+
+
+def test_leases_taken_by_a_tick_whose_commit_could_not_be_confirmed_are_given_back(db, monkeypatch):
+    """The tick that inserts and leases jobs commits, its answer is lost, the store's retries all fail: the next tick gives them back.
+
+    Nobody knows of those leases (the children that started them early were
+    killed when the commit looked failed); without the executor giving them
+    back, the jobs would wait for the leases to expire (10 s here). Each
+    such attempt is recorded as ``released``, none as ``lease expired``.
+    """
+    ex = db.executor(2)  # lease_ttl 10 s: longer than this test waits for any result
+    store = ex._store
+    real = Store.finish_and_claim
+    inserting = threading.Event()
+    lost = []
+
+    def finish_and_claim(self, reports, owner, limit, ttl, now, new=(), *args, **kwargs):
+        if new and limit > 0 and not lost:
+            inserting.set()
+        try:
+            return real(self, reports, owner, limit, ttl, now, new, *args, **kwargs)
+        finally:
+            inserting.clear()
+
+    monkeypatch.setattr(Store, "finish_and_claim", finish_and_claim)
+    dialect = store.engine.dialect
+    real_commit = dialect.do_commit
+
+    def do_commit(dbapi_connection) -> None:
+        real_commit(dbapi_connection)
+        if inserting.is_set():
+            lost.append(1)
+            raise _dropped(store)
+
+    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    futures = [ex.submit(jobs.square, i) for i in range(3)]
+    assert [f.result(timeout=8) for f in futures] == [0, 1, 4]  # before any lease of 10 s could expire
+    assert len(lost) > 1
+    outcomes = [r.outcome for r in db.attempts()]
+    assert "released" in outcomes and "lease expired" not in outcomes
+    assert outcomes.count("ok") == 3 and len(db.jobs()) == 3
+
+
+def test_a_tick_that_failed_gives_back_no_lease_whose_report_waits(db, monkeypatch):
+    """The tick that records a finished job fails for real (nothing committed, every retry): the job is recorded once, not rerun.
+
+    The loop then gives back the leases nobody knows of (see above); a job
+    whose report waits to be written again is still this executor's.
+    """
+    ex = db.executor(1)
+    store = ex._store
+    real = Store.finish_and_claim
+    recording = threading.Event()
+    failed = []
+
+    def finish_and_claim(self, reports, *args, **kwargs):
+        if any(r.ok for r in reports) and not failed:
+            recording.set()
+        try:
+            return real(self, reports, *args, **kwargs)
+        finally:
+            if recording.is_set():
+                recording.clear()
+                failed.append(1)
+
+    monkeypatch.setattr(Store, "finish_and_claim", finish_and_claim)
+    dialect = store.engine.dialect
+    real_commit = dialect.do_commit
+
+    def do_commit(dbapi_connection) -> None:
+        if recording.is_set():
+            raise _dropped(store)  # the COMMIT is not made: the transaction is rolled back
+        real_commit(dbapi_connection)
+
+    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    future = ex.submit(jobs.square, 3)
+    assert future.result(timeout=30) == 9
+    assert failed == [1]
+    assert [r.outcome for r in db.attempts(future.job_id)] == ["ok"]

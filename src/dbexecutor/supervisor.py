@@ -431,6 +431,13 @@ class Supervisor:
             held += [a.lease for a in self._killing.values()]
         return held, started
 
+    def holds(self) -> set[tuple[int, int]]:
+        """Every ``(job, attempt)`` lease a child holds or is being killed for, whether its beats are fresh or not."""
+        held = {a.lease for c in self._children for a in c.queue}
+        with self._lock:
+            held |= {a.lease for a in self._killing.values()}
+        return held
+
     def take_progress(self) -> dict[tuple[int, int], tuple[float | None, str | None]]:
         """The latest ``(fraction, message)`` each running attempt reported since the last call."""
         progress, self._progress = self._progress, {}

@@ -84,6 +84,8 @@ class TickCommit:
         self._reports: list[Report] = []  # outcomes from the children
         # A transaction that sent them failed: its COMMIT may have been made all the same.
         self._reports_unsure = False
+        # A transaction that could claim failed: its COMMIT may have been made, with leases nobody knows of.
+        self._leases_unsure = False
         self._claimed: list[Claimed] = []  # claimed, not yet handed to a child
         # Handed to children by the transaction committing now, before its COMMIT (see _start_early).
         self._early: list[Claimed] = []
@@ -132,6 +134,8 @@ class TickCommit:
         not wait for that write either.
         """
         self.hand_out_lent()
+        if self._leases_unsure:
+            self._release_unknown()
         items: list[Item] = []
         written = None
         # Nothing queued: no wait for the writer, which a durable submit holds through its round trip and commit.
@@ -167,8 +171,9 @@ class TickCommit:
                 self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe, scope=self._scope(),
                 before_commit=self._start_early,
             )
-        except BaseException:
+        except BaseException as error:
             self._void_early()
+            self._leases_unsure = isinstance(error, DBAPIError)
             raise
         self._looked(started, wakes)
         if claimed:  # an idle probe is not a claim
@@ -200,6 +205,7 @@ class TickCommit:
         except (DBAPIError, ValueError) as error:
             self._void_early()
             self._reports_unsure = bool(self._reports)
+            self._leases_unsure = isinstance(error, DBAPIError)
             self._queue.requeue(items, written_at=now)
             if not items or not self._queue.refused(error):
                 raise
@@ -220,6 +226,27 @@ class TickCommit:
         self._claimed += self._started_early(claimed)
         self._queue.stored(items, inserted)
         return inserted, done
+
+    def _release_unknown(self) -> None:
+        """After a claim whose ``COMMIT`` failed: give back the leases it took if it was made all the same.
+
+        The store's own retries find such a commit (``store.landed``); once
+        they are spent, the loop does not know what it leased, and those
+        jobs would wait for their leases to expire. Everything leased to
+        this executor that no child holds, no tick has claimed and no report
+        waiting to be written names is given back. Under the submit queue's
+        writer, so that no durable submit's leased insert is in flight; what
+        those landed is handed out first.
+        """
+        with self._queue.writing():
+            self.hand_out_lent()
+            known = self._supervisor.holds() | set(self.claimed_leases())
+            known |= {(r.job_id, r.attempt) for r in self._reports}  # ended, not recorded yet: still ours
+            released = self.store.release_unknown(self.owner, known, self.store.now())
+        self._leases_unsure = False
+        if released:
+            log.warning("gave back job(s) %s, leased by a claim whose commit did not answer", released)
+            self.forget_drained()
 
     # -- early dispatch: before the COMMIT ----------------------------------------------------------
 

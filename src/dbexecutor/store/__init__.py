@@ -653,6 +653,25 @@ class Store:
         """Put jobs whose lease expired (their executor or child died) back to ``ready``."""
         return self.transaction(lambda conn: leases.reclaim_expired(self.ctx, conn, now))
 
+    def release_unknown(self, owner: str, known: set[tuple[int, int]], now: float) -> list[int]:
+        """Give back the jobs leased to ``owner`` that it does not know it holds (``known``): ids given back.
+
+        For an executor whose claim's ``COMMIT`` failed: it may have been
+        made all the same, its answer lost, and then those leases are held by
+        nobody until they expire. Each is released as ``released`` (fenced by
+        its attempt; one asked to stop is cancelled), back to ready at once.
+        """
+
+        def work(conn: Connection) -> list[int]:
+            rows = conn.execute(self.ctx.sql.jobs_held_by, {"p_names": [owner]}).all()
+            unknown = [(int(r.id), int(r.attempt), r.started_at) for r in rows if (int(r.id), int(r.attempt)) not in known]
+            if not unknown:
+                return []
+            why = "leased by a claim whose commit did not answer"
+            return leases.release_held(self.ctx, conn, unknown, owner, now, why)
+
+        return self.transaction(work)
+
     def release_running(self, held: Sequence[tuple[int, int, float | None]], worker: str, now: float, why: str) -> list[int]:
         """Put jobs a stopping worker still holds back to ``ready``; ids released (see :func:`leases.release_held`)."""
         return self.transaction(lambda conn: leases.release_held(self.ctx, conn, held, worker, now, why))
