@@ -264,6 +264,60 @@ def test_the_loop_writes_reports_again_without_counting_twice_what_an_unconfirme
     assert [r.outcome for r in db.attempts(c.job_id)] == ["ok"]
 
 
+def _writes_fail(store, monkeypatch, names, when, *, made=True):
+    """From the first call of ``Store.<name>`` (``names``) for which ``when(*args)`` holds, its every ``COMMIT`` fails in the client.
+
+    ``made``: each ``COMMIT`` is made on the server before it fails (its
+    answer lost), else it is not made (a failure). Every try the store makes
+    of that call fails so, and then the store gives up. Returns the calls so
+    affected and the ``COMMIT``s failed (lists, filled as it goes).
+    """
+    affected = threading.Event()
+    calls: list[int] = []
+    lost: list[int] = []
+    for name in names:
+
+        def wrapped(self, *args, _real=getattr(Store, name), **kwargs):
+            if not lost and when(*args, **kwargs):
+                affected.set()
+                calls.append(1)
+            try:
+                return _real(self, *args, **kwargs)
+            finally:
+                affected.clear()
+
+        monkeypatch.setattr(Store, name, wrapped)
+    dialect = store.engine.dialect
+    real_commit = dialect.do_commit
+
+    def do_commit(dbapi_connection) -> None:
+        if not affected.is_set():
+            real_commit(dbapi_connection)
+            return
+        if made:
+            real_commit(dbapi_connection)
+        lost.append(1)
+        raise _dropped(store)
+
+    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    return calls, lost
+
+
+def _inserting(reports, owner, limit, ttl, now, new=(), *args, **kwargs) -> bool:
+    """A tick (``Store.finish_and_claim``'s arguments) that inserts rows."""
+    return bool(new)
+
+
+def _inserting_and_claiming(reports, owner, limit, ttl, now, new=(), *args, **kwargs) -> bool:
+    """A tick that inserts rows and may claim them."""
+    return bool(new) and limit > 0
+
+
+def _recording(reports, *args, **kwargs) -> bool:
+    """A tick that records a success."""
+    return any(r.ok for r in reports)
+
+
 def test_the_loop_does_not_store_again_the_jobs_of_a_tick_whose_commit_it_could_not_confirm(db, monkeypatch):
     """A tick that inserts submitted jobs commits, its answer is lost, and the store's retries all fail: the next tick finds the rows.
 
@@ -274,31 +328,7 @@ def test_the_loop_does_not_store_again_the_jobs_of_a_tick_whose_commit_it_could_
     reclaimed when its leases expire (short here).
     """
     ex = db.executor(2, lease_ttl=2.0)
-    store = ex._store
-    real = Store.finish_and_claim
-    inserting = threading.Event()  # a tick with new rows is being written
-    lost = []
-
-    def finish_and_claim(self, reports, owner, limit, ttl, now, new=(), *args, **kwargs):
-        if new and not lost:
-            inserting.set()
-        try:
-            return real(self, reports, owner, limit, ttl, now, new, *args, **kwargs)
-        finally:
-            inserting.clear()
-
-    monkeypatch.setattr(Store, "finish_and_claim", finish_and_claim)
-    dialect = store.engine.dialect
-    real_commit = dialect.do_commit
-
-    def do_commit(dbapi_connection) -> None:
-        # The first COMMIT of that tick is made; it and every try the store makes after it fail.
-        real_commit(dbapi_connection)
-        if inserting.is_set():
-            lost.append(1)
-            raise _dropped(store)
-
-    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    _, lost = _writes_fail(ex._store, monkeypatch, ["finish_and_claim"], _inserting)
     futures = [ex.submit(jobs.square, i) for i in range(5)]
     assert [f.result(timeout=60) for f in futures] == [0, 1, 4, 9, 16]
     assert len(lost) > 1  # the store tried again, and gave up
@@ -313,35 +343,9 @@ def test_a_durable_submit_whose_commit_could_not_be_confirmed_is_stored_once(db,
     loop's next write finds its row instead of writing it again, and runs it.
     """
     ex = db.executor(2, durable_submit=True, lease_ttl=2.0)
-    store = ex._store
     ex.submit(jobs.square, 1).result(timeout=30)  # started, its group written
-    inserting = threading.Event()
-    lost = []
-
-    def watched(real):
-        def insert(self, *args, **kwargs):
-            if not lost:
-                inserting.set()
-            try:
-                return real(self, *args, **kwargs)
-            finally:
-                inserting.clear()
-
-        return insert
-
     # SQLite's durable submit goes in leased when a slot is free (insert_leasing); the servers' as a plain insert.
-    monkeypatch.setattr(Store, "insert_jobs", watched(Store.insert_jobs))
-    monkeypatch.setattr(Store, "insert_leasing", watched(Store.insert_leasing))
-    dialect = store.engine.dialect
-    real_commit = dialect.do_commit
-
-    def do_commit(dbapi_connection) -> None:
-        real_commit(dbapi_connection)
-        if inserting.is_set():
-            lost.append(1)
-            raise _dropped(store)
-
-    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    _, lost = _writes_fail(ex._store, monkeypatch, ["insert_jobs", "insert_leasing"], lambda *args, **kwargs: True)
     with pytest.raises(Exception):
         ex.submit(jobs.square, 7)
     assert len(lost) > 1
@@ -362,30 +366,7 @@ def test_leases_taken_by_a_tick_whose_commit_could_not_be_confirmed_are_given_ba
     such attempt is recorded as ``released``, none as ``lease expired``.
     """
     ex = db.executor(2)  # lease_ttl 10 s: longer than this test waits for any result
-    store = ex._store
-    real = Store.finish_and_claim
-    inserting = threading.Event()
-    lost = []
-
-    def finish_and_claim(self, reports, owner, limit, ttl, now, new=(), *args, **kwargs):
-        if new and limit > 0 and not lost:
-            inserting.set()
-        try:
-            return real(self, reports, owner, limit, ttl, now, new, *args, **kwargs)
-        finally:
-            inserting.clear()
-
-    monkeypatch.setattr(Store, "finish_and_claim", finish_and_claim)
-    dialect = store.engine.dialect
-    real_commit = dialect.do_commit
-
-    def do_commit(dbapi_connection) -> None:
-        real_commit(dbapi_connection)
-        if inserting.is_set():
-            lost.append(1)
-            raise _dropped(store)
-
-    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    _, lost = _writes_fail(ex._store, monkeypatch, ["finish_and_claim"], _inserting_and_claiming)
     futures = [ex.submit(jobs.square, i) for i in range(3)]
     assert [f.result(timeout=8) for f in futures] == [0, 1, 4]  # before any lease of 10 s could expire
     assert len(lost) > 1
@@ -401,31 +382,8 @@ def test_a_tick_that_failed_gives_back_no_lease_whose_report_waits(db, monkeypat
     whose report waits to be written again is still this executor's.
     """
     ex = db.executor(1)
-    store = ex._store
-    real = Store.finish_and_claim
-    recording = threading.Event()
-    failed = []
-
-    def finish_and_claim(self, reports, *args, **kwargs):
-        if any(r.ok for r in reports) and not failed:
-            recording.set()
-        try:
-            return real(self, reports, *args, **kwargs)
-        finally:
-            if recording.is_set():
-                recording.clear()
-                failed.append(1)
-
-    monkeypatch.setattr(Store, "finish_and_claim", finish_and_claim)
-    dialect = store.engine.dialect
-    real_commit = dialect.do_commit
-
-    def do_commit(dbapi_connection) -> None:
-        if recording.is_set():
-            raise _dropped(store)  # the COMMIT is not made: the transaction is rolled back
-        real_commit(dbapi_connection)
-
-    monkeypatch.setattr(dialect, "do_commit", do_commit)
+    # The COMMIT is not made: the transaction is rolled back, every try.
+    failed, _ = _writes_fail(ex._store, monkeypatch, ["finish_and_claim"], _recording, made=False)
     future = ex.submit(jobs.square, 3)
     assert future.result(timeout=30) == 9
     assert failed == [1]
