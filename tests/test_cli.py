@@ -1,4 +1,4 @@
-"""The command line, run as a subprocess (``python -m dbexecutor``) against every database."""
+"""The command line against every database: run in the test's process, and once as ``python -m dbexecutor``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import uuid
 import pytest
 
 import jobs
-from clitools import cli, cli_env
+from clitools import cli, cli_env, cli_process, run_main
 from dbexecutor.cli import parse_duration
 
 T = 60
@@ -142,22 +142,27 @@ def test_watch_migrate_and_exit_codes(db, tmp_path):
             s.drop_schema()
             s.close()
 
-    import subprocess, sys
-
-    def run(*args, **env):
-        return subprocess.run([sys.executable, "-m", "dbexecutor", *args], capture_output=True, text=True,
-                              env=cli_env(**env), timeout=T)
-
-    assert run("status").returncode == 2  # no URL anywhere
-    assert run("purge", db.url, "--older-than", "soon").returncode == 2
-    assert run("frobnicate").returncode == 2
-    assert run("status", "oracle://x@y/z").returncode == 2
-    assert run("status", "postgresql://nobody@127.0.0.1:1/x").returncode == 3
+    assert run_main("status").returncode == 2  # no URL anywhere
+    assert run_main("purge", db.url, "--older-than", "soon").returncode == 2
+    assert run_main("frobnicate").returncode == 2
+    assert run_main("status", "oracle://x@y/z").returncode == 2
+    assert run_main("status", "postgresql://nobody@127.0.0.1:1/x").returncode == 3
     missing = tmp_path / "never-made.db"
-    assert run("status", f"sqlite:///{missing}").returncode == 4
+    assert run_main("status", f"sqlite:///{missing}").returncode == 4
     assert not missing.exists()  # reading never creates an empty database
-    via_env = run("status", "--json", "--prefix", db.prefix, DBEXECUTOR_URL=db.url)
+    via_env = run_main("status", "--json", "--prefix", db.prefix, env=cli_env(DBEXECUTOR_URL=db.url))
     assert via_env.returncode == 0 and json.loads(via_env.stdout)["total"] == 1
+
+
+def test_the_entry_point_runs_a_command_and_exits_with_its_status(db):
+    """``python -m dbexecutor`` in a fresh interpreter: the URL from the environment, the JSON out, the exit statuses."""
+    ex = db.executor(1)
+    assert ex.submit(jobs.add, 1, 1).result(timeout=T) == 2
+    via_env = cli_process("status", "--json", "--prefix", db.prefix, env=cli_env(DBEXECUTOR_URL=db.url))
+    assert via_env.returncode == 0 and json.loads(via_env.stdout)["total"] == 1
+    missing = cli_process("show", "987654", "--url", db.url, "--prefix", db.prefix)
+    assert missing.returncode == 1 and "987654" in missing.stderr
+    assert cli_process("frobnicate").returncode == 2
 
 
 def test_parse_duration():

@@ -1,43 +1,27 @@
 """The command line's operator commands (issue 19): workers, health, bulk retry and cancel, group lists, throughput, one set of JSON names.
 
-Most commands run in this process through ``cli.main`` (what the console
-script calls), which spares an interpreter start per command; the exit
-statuses and the outputs are the same as a subprocess's (``test_cli.py``
-runs the command line as one).
+Commands run in this process through ``cli.main`` (``clitools.cli``, what
+the console script calls), which spares an interpreter start per command;
+``test_cli.py`` runs the entry point itself once as a subprocess.
 """
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
 import sys
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 import jobs
-from clitools import cli_env
-from dbexecutor import cli as command_line
+from clitools import cli, cli_env
 from dbexecutor import hosts
 from dbexecutor.records import NewJob, Registration
 
 T = 60
 _COLUMN_NAMES = {"group_key", "fn_name", "job_key", "lease_owner"}
-
-
-def cli(db: Any, *args: str) -> Any:
-    """``dbexecutor ARGS --url URL --prefix PREFIX`` in this process: returncode, stdout and stderr."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err):
-        try:
-            code = command_line.main([*args, "--url", db.url, "--prefix", db.prefix], out=out)
-        except SystemExit as stopped:  # argparse's own usage errors
-            code = int(stopped.code or 0)
-    return SimpleNamespace(returncode=code, stdout=out.getvalue(), stderr=err.getvalue())
 
 
 def _json(proc: Any) -> Any:
