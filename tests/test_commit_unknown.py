@@ -26,6 +26,7 @@ import jobs
 from dbexecutor import schema
 from dbexecutor.records import NewJob, Report
 from dbexecutor.store import Store
+from dbexecutor.store import database as database_module
 from dbexecutor.store import finish as finish_module
 
 
@@ -300,6 +301,8 @@ def _writes_fail(store, monkeypatch, names, when, *, made=True):
         raise _dropped(store)
 
     monkeypatch.setattr(dialect, "do_commit", do_commit)
+    # Each of the store's tries fails: its backoff (2.3 s, for a server's restart) only slows the test.
+    monkeypatch.setattr(database_module, "RETRY_DELAY_MAX", 0.05)
     return calls, lost
 
 

@@ -31,6 +31,10 @@ log = logging.getLogger("dbexecutor.store")
 T = TypeVar("T")
 
 MAX_TRIES = 8
+#: Seconds before the first retry of a transaction and at most between two (doubling, jittered):
+#: 8 tries wait about 2.3 s in all, a server's restart or a failover's switch.
+RETRY_DELAY = 0.02
+RETRY_DELAY_MAX = 1.0
 
 #: Seconds a thread that holds a connection (:meth:`Database.holding`) keeps it before it takes a
 #: fresh one from the pool, where the pool's own rules (recycling, a reset) apply again.
@@ -176,7 +180,7 @@ class Database:
         """
         if landed is not None:
             work = _once(work, landed)
-        delay = 0.02
+        delay = RETRY_DELAY
         hold = self._held(one_write)
         for attempt in itertools.count(1):
             try:
@@ -197,7 +201,7 @@ class Database:
                     raise
                 log.info("transaction failed (%s), retry %d of %d", type(error.orig).__name__, attempt, tries - 1)
                 time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 1.0)
+                delay = min(delay * 2, RETRY_DELAY_MAX)
         raise AssertionError("unreachable")
 
     def _held_txn(self, hold: Hold, work: Callable[[Connection], T], read_only: bool) -> T:
