@@ -100,6 +100,9 @@ class SubmitQueue:
         # Jobs put back after a write whose COMMIT failed, with that write's time: the
         # commit may have been made all the same, its answer lost (see confirm).
         self._unsure: list[tuple[float, list[Item]]] = []
+        #: A durable submit's leased insert failed: its COMMIT may have been made, with a
+        #: lease nobody knows of (the loop gives such leases back, and clears this).
+        self.lease_unsure = False
 
     def __len__(self) -> int:
         return len(self._items)
@@ -244,6 +247,7 @@ class SubmitQueue:
                         self._landed(claimed)  # after the future is tracked: the loop may finish the job at once
             except (DBAPIError, ValueError) as error:
                 if not self.refused(error):
+                    self.lease_unsure = self.lease_unsure or (lease is not None and isinstance(error, DBAPIError))
                     self.requeue(items, written_at=now)
                     self._wake(work=True)  # the loop retries them
                     raise

@@ -134,7 +134,7 @@ class TickCommit:
         not wait for that write either.
         """
         self.hand_out_lent()
-        if self._leases_unsure:
+        if self._leases_unsure or self._queue.lease_unsure:
             self._release_unknown()
         items: list[Item] = []
         written = None
@@ -228,7 +228,7 @@ class TickCommit:
         return inserted, done
 
     def _release_unknown(self) -> None:
-        """After a claim whose ``COMMIT`` failed: give back the leases it took if it was made all the same.
+        """After a claim or a durable submit's leased insert whose ``COMMIT`` failed: give back the leases it took if it was made all the same.
 
         The store's own retries find such a commit (``store.landed``); once
         they are spent, the loop does not know what it leased, and those
@@ -243,6 +243,7 @@ class TickCommit:
             known = self._supervisor.holds() | set(self.claimed_leases())
             known |= {(r.job_id, r.attempt) for r in self._reports}  # ended, not recorded yet: still ours
             released = self.store.release_unknown(self.owner, known, self.store.now())
+            self._queue.lease_unsure = False  # under the writer: a leased insert that fails after this sets it again
         self._leases_unsure = False
         if released:
             log.warning("gave back job(s) %s, leased by a claim whose commit did not answer", released)
