@@ -8,8 +8,10 @@
       ├─ sql.Statements          the catalogue: every statement, by name
       ├─ migrations              create tables, upgrade older versions
       ├─ submit                  rows, edges, groups, lease on insert
+      ├─ through                 submitting inside the caller's transaction
       ├─ claim (+ fairshare)     leasing runnable jobs, fair across groups
       ├─ finish                  done / retried / failed, attempt rows
+      ├─ tick                    a scheduler's tick: insert, finish, claim in one transaction
       ├─ dag                     readiness, failure, cancellation, batches, revival
       ├─ leases                  renew, release, reclaim
       ├─ reads                   what executors read back
@@ -40,12 +42,11 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from .. import schema, serialization
 from ..dialects import Driver, resolve
-from ..dialects.base import leased_from
 from ..errors import ConfigurationError
 from ..readmodels import ExecutorInfo, GroupInfo, JobProgress, StopRequest
 from ..records import Claimed, Final, Finished, NewJob, Registration, Renewal, Report, Submitted
 from .. import hosts
-from . import admin, claim, control, dag, finish, fleet, landed, leases, migrations, reads, submit
+from . import admin, claim, control, dag, fleet, landed, leases, migrations, reads, submit, through, tick
 from .clock import Clock
 from .console import Console
 from .context import Context
@@ -56,8 +57,6 @@ from .sql import DEFAULT_SCOPE, Scope, Statements
 __all__ = ["Store", "SchemaReport", "masked_url", "worker_name"]
 
 T = TypeVar("T")
-#: What a tick's transaction returns (Store.finish_and_claim): rows inserted, reports' outcome, claimed, groups, drained.
-_Tick = tuple[list[Submitted], Finished, list[Claimed], dict[str, int | None], bool | None]
 
 
 def worker_name(pid: int) -> str:
@@ -359,16 +358,7 @@ class Store:
         if self._database_identity is None:
             # Read-only: on SQLite the caller's transaction may hold the write lock already.
             self._database_identity = self.transaction(self.driver.database_identity, read_only=True)
-        key = "dbexecutor.database_identity"
-        theirs = conn.info.get(key)
-        if theirs is None:
-            theirs = conn.info[key] = self.driver.database_identity(conn)
-        if theirs != self._database_identity:
-            raise ConfigurationError(
-                f"the connection given to submit reaches another database ({', '.join(map(str, theirs[1:]))}) than "
-                f"the executor's {masked_url(self.url)} ({', '.join(map(str, self._database_identity[1:]))}): "
-                "a job can be submitted only through a connection to the executor's own database"
-            )
+        through.refuse_other(self.ctx, conn, self._database_identity, masked_url(self.url))
 
     def insert_through(
         self, conn: Connection, jobs: Sequence[NewJob], now: float
@@ -380,34 +370,7 @@ class Store:
         commits (databases without NOTIFY; PostgreSQL's are queued in the
         transaction itself), and the groups written (for :meth:`groups_written`).
         """
-        ctx = self.ctx
-        unsent = ctx.unsent()
-        unsent.clear()
-        if self.driver.single_writer:
-            # The upstream rows read next decide the new rows' states. On SQLite the
-            # caller's driver may read them outside any transaction (it begins one
-            # before its first write): an upstream that finished in between would
-            # leave its new dependent waiting forever. The write lock, taken first,
-            # holds every other writer (and so every finish) off until the commit.
-            conn.execute(ctx.sql.take_write_lock)
-        groups = submit.ensure_groups(ctx, conn, jobs)
-        rows: list[Submitted] = []
-        i = 0
-        while i < len(jobs):
-            if jobs[i].key is not None:
-                rows.append(submit.insert_job(ctx, conn, jobs[i], now)[0])
-                i += 1
-                continue
-            end = i
-            while end < len(jobs) and jobs[end].key is None:
-                end += 1
-            out = submit.insert_many(ctx, conn, jobs[i:end], now)
-            submit.notify_changes(ctx, conn, jobs[i:end], out, now)
-            rows += out
-            i = end
-        notices = list(unsent)
-        unsent.clear()
-        return rows, notices, groups
+        return through.insert(self.ctx, conn, jobs, now)
 
     def groups_written(self, groups: dict[str, int | None]) -> None:
         """The transaction that wrote ``groups`` (from :meth:`insert_through`) committed."""
@@ -508,69 +471,17 @@ class Store:
         ``COMMIT`` failed and that was made all the same is not written
         again (:func:`landed.tick`).
         """
-        direct = (
-            limit > 0
-            and bool(new)
-            and not reports
-            and len({job.group for job in new}) == 1
-            and all(submit.claimable_on_arrival(job, now, scope) for job in new)
-        )
         ctx = self.ctx
-        def work(conn: Connection) -> _Tick:
-            todo: list[Report] = list(reports)
-            before: list[Final] = []  # the finals of reports an earlier tick recorded
-            if reports and unsure:
-                todo, before = finish.recorded_before(ctx, conn, reports)
-            inserted: list[Submitted] = []
-            drained: bool | None = None  # None: nothing looked, nothing made runnable
-            groups: dict[str, int | None] = {}
-            if new:
-                groups = submit.ensure_groups(ctx, conn, new)
-                if direct and len(new) == 1:
-                    inserted = [submit.insert_leased(ctx, conn, new[0], owner, ttl, now, scope)]
-                elif direct and not ctx.backlog and submit.nothing_runnable(ctx, conn, new[0].group, now, scope):
-                    inserted = submit.insert_many(ctx, conn, new, now, lease=(owner, ttl, limit))
-                else:
-                    inserted = submit.insert_many(ctx, conn, new, now)
-            ahead: list[Claimed] | None = None  # leased in the finish's pipeline ([]: tried, none)
-            if not new and finish.pipelinable(ctx, todo):
-                # A tick of successes only, where the database pipelines: the
-                # finish, the count-down and the lone group's lease in one
-                # round trip (a chain's link: the next link leased with it).
-                # The lease goes ahead only with the count-down (see finish_pipelined).
-                lease = claim.lease_ahead(ctx, owner, limit, ttl, now, scope) if ctx.dependents_likely else None
-                done, leased = finish.finish_pipelined(ctx, conn, todo, now, lease)
-                ahead = leased_from(leased) if leased is not None else None
-            else:
-                done = finish.finish(ctx, conn, todo, now) if todo else Finished()
-            if len(todo) < len(reports):
-                done.finals = before + done.finals
-                # What the committed try released is not known: as if it released something (look, notify).
-                done.released += len(reports) - len(todo)
-            # Rows that went in leased were the claim's only choice (nothing
-            # else was runnable): then there is nothing more to claim.
-            claimed = submit.leased_on_insert(new, inserted)
-            made_runnable = bool(done.released or done.retried or done.refused)
-            if claimed:
-                # In leased: nothing else was runnable; the whole burst leased leaves nothing.
-                drained = len(claimed) == len(new)
-            elif ahead:
-                claimed, drained = ahead, len(ahead) < limit
-            elif limit > 0 and (look or new or made_runnable):
-                likely = made_runnable or ctx.backlog or any(s.state == schema.READY for s in inserted)
-                # The lone group's lease, sent ahead, leased nothing: the claim need not try it again.
-                likely = likely and ahead is None
-                claimed, drained = claim.claim(ctx, conn, owner, limit, ttl, now, scope, likely=likely)
-            elif new or made_runnable:
-                drained = False  # not looked, and there may be runnable rows now
-            # New rows this transaction claimed itself are nobody else's news.
-            submit.notify_changes(ctx, conn, new, inserted, now, done, taken={c.job_id for c in claimed})
-            if before_commit is not None and claimed:
-                before_commit(claimed, done)
-            return inserted, done, claimed, groups, drained
+        lease_new = tick.may_lease_new(reports, new, limit, now, scope)
 
-        def made(conn: Connection, out: _Tick | None) -> _Tick | None:
-            return out if out is not None and landed.tick(ctx, conn, now, owner, reports, out[0], out[2]) else None
+        def work(conn: Connection) -> tick.Tick:
+            return tick.tick(
+                ctx, conn, reports, owner, limit, ttl, now, new, scope,
+                lease_new=lease_new, look=look, unsure=unsure, before_commit=before_commit,
+            )
+
+        def made(conn: Connection, out: tick.Tick | None) -> tick.Tick | None:
+            return out if out is not None and landed.tick(ctx, conn, now, owner, reports, out.inserted, out.claimed) else None
 
         before, self.drained = self.drained, False  # until the commit says otherwise
         inserted, done, claimed, groups, drained = self.transaction(work, landed=made)
@@ -591,28 +502,7 @@ class Store:
         ``scope``: the queues the claiming executor serves.
         """
         now = time.time()
-        sql = self.ctx.sql
-        params = {
-            "p_group": schema.DEFAULT_GROUP, "p_now": now, "p_owner": "explain", "p_expires": now, "p_limit": limit,
-            **scope.params(),
-        }
-        lease, lease_params = (
-            (sql.lease_picked(scope.key), params)
-            if self.driver.update_returning
-            else (sql.lease_ids, {**params, "p_ids": list(range(1, limit + 1))})
-        )
-
-        alone = sql.lease_picked_alone(scope.key) if self.driver.update_returning else sql.pick_alone(scope.key)
-
-        def work(conn: Connection) -> dict[str, list[str]]:
-            return {
-                "groups": self.driver.explain(conn, sql.runnable_groups(scope.key), {"p_now": now, **scope.params()}),
-                "claim": self.driver.explain(conn, sql.pick(scope.key), params),
-                "lease": self.driver.explain(conn, lease, lease_params),
-                "alone": self.driver.explain(conn, alone, params),
-            }
-
-        return self.transaction(work)
+        return self.transaction(lambda conn: claim.explain(self.ctx, conn, now, limit, scope))
 
     # -- leases ---------------------------------------------------------------------------------------
 
@@ -657,20 +547,9 @@ class Store:
         """Give back the jobs leased to ``owner`` that it does not know it holds (``known``): ids given back.
 
         For an executor whose claim's ``COMMIT`` failed: it may have been
-        made all the same, its answer lost, and then those leases are held by
-        nobody until they expire. Each is released as ``released`` (fenced by
-        its attempt; one asked to stop is cancelled), back to ready at once.
+        made all the same, its answer lost (see :func:`leases.release_unknown`).
         """
-
-        def work(conn: Connection) -> list[int]:
-            rows = conn.execute(self.ctx.sql.jobs_held_by, {"p_names": [owner]}).all()
-            unknown = [(int(r.id), int(r.attempt), r.started_at) for r in rows if (int(r.id), int(r.attempt)) not in known]
-            if not unknown:
-                return []
-            why = "leased by a claim whose commit did not answer"
-            return leases.release_held(self.ctx, conn, unknown, owner, now, why)
-
-        return self.transaction(work)
+        return self.transaction(lambda conn: leases.release_unknown(self.ctx, conn, owner, known, now))
 
     def release_running(self, held: Sequence[tuple[int, int, float | None]], worker: str, now: float, why: str) -> list[int]:
         """Put jobs a stopping worker still holds back to ``ready``; ids released (see :func:`leases.release_held`)."""

@@ -25,12 +25,13 @@ from typing import Any
 
 from sqlalchemy import Connection
 
+from .. import schema
 from ..records import Claimed
 from .context import Context
 from .fairshare import Allocation, GroupState, capacity
 from .sql import Scope
 
-__all__ = ["claim", "lease_ahead", "runnable_groups"]
+__all__ = ["claim", "explain", "lease_ahead", "runnable_groups"]
 
 
 def runnable_groups(ctx: Context, conn: Connection, now: float, scope: Scope) -> list[str]:
@@ -153,3 +154,24 @@ def lease_ahead(ctx: Context, owner: str, limit: int, ttl: float, now: float, sc
         return None
     params = _lease_params(lone[1], limit, owner, ttl, max(now, ctx.clock.now()), scope)
     return ctx.sql.lease_picked_alone(scope.key), params
+
+
+def explain(ctx: Context, conn: Connection, now: float, limit: int, scope: Scope) -> dict[str, list[str]]:
+    """The database's plans for the claim's statements, one line per plan row (see ``Store.explain_claim``)."""
+    sql, driver = ctx.sql, ctx.driver
+    params = {
+        "p_group": schema.DEFAULT_GROUP, "p_now": now, "p_owner": "explain", "p_expires": now, "p_limit": limit,
+        **scope.params(),
+    }
+    lease, lease_params = (
+        (sql.lease_picked(scope.key), params)
+        if driver.update_returning
+        else (sql.lease_ids, {**params, "p_ids": list(range(1, limit + 1))})
+    )
+    alone = sql.lease_picked_alone(scope.key) if driver.update_returning else sql.pick_alone(scope.key)
+    return {
+        "groups": driver.explain(conn, sql.runnable_groups(scope.key), {"p_now": now, **scope.params()}),
+        "claim": driver.explain(conn, sql.pick(scope.key), params),
+        "lease": driver.explain(conn, lease, lease_params),
+        "alone": driver.explain(conn, alone, params),
+    }

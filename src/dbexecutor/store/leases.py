@@ -23,7 +23,7 @@ from . import control
 from .context import Context, chunks
 from .transitions import AttemptRow, fenced, record_attempts
 
-__all__ = ["renew", "release", "reclaim_expired", "release_held"]
+__all__ = ["renew", "release", "reclaim_expired", "release_held", "release_unknown"]
 
 
 def renew(
@@ -132,3 +132,18 @@ def release_held(
     _, finals = control.end_stopped(ctx, conn, rest, now, "asked to stop; its worker stopped first") if rest else ([], [])
     ctx.notify(conn, ready=bool(released), finished=[f.job_id for f in finals])
     return [i for i, _, _ in released]
+
+
+def release_unknown(ctx: Context, conn: Connection, owner: str, known: AbstractSet[tuple[int, int]], now: float) -> list[int]:
+    """Give back the jobs leased to ``owner`` that are not in its ``known`` ``(job_id, attempt)`` leases; ids given back.
+
+    For an executor whose claim's ``COMMIT`` failed: it may have been made
+    all the same, its answer lost, and then those leases are held by nobody
+    until they expire. Each is released as ``released`` (fenced by its
+    attempt; one asked to stop is cancelled), back to ready at once.
+    """
+    rows = conn.execute(ctx.sql.jobs_held_by, {"p_names": [owner]}).all()
+    unknown = [(int(r.id), int(r.attempt), r.started_at) for r in rows if (int(r.id), int(r.attempt)) not in known]
+    if not unknown:
+        return []
+    return release_held(ctx, conn, unknown, owner, now, "leased by a claim whose commit did not answer")
