@@ -56,6 +56,32 @@ def test_writes_commit_with_the_completion(db, items):
     assert [(a, o) for _, a, o in _attempts(db, fut.job_id)] == [(1, "ok")]  # written once, by the child
 
 
+def test_a_completion_whose_commit_answer_was_lost_counts_once(db, items):
+    """The child's ``COMMIT`` is made, its answer lost: the child finds its attempt row and reports the job done.
+
+    Reported as a failure (the commit's error), the parent would record a
+    second outcome (``lease lost (exception)``) beside the child's ``ok``.
+    """
+    ex = db.executor(2)
+    fut = ex.submit(txn_jobs.insert_commit_unanswered, items, "c")
+    assert fut.result(timeout=T) == "c"
+    assert _values(db, items) == ["c"]
+    assert db.row(fut.job_id).state == "done"
+    ex.shutdown()  # every report recorded
+    assert [(a, o) for _, a, o in _attempts(db, fut.job_id)] == [(1, "ok")]
+
+
+def test_a_completion_whose_commit_failed_fails_the_attempt_and_keeps_nothing(db, items):
+    """The same lost connection before the ``COMMIT`` reached the server: nothing committed, the attempt failed."""
+    ex = db.executor(2)
+    fut = ex.submit(txn_jobs.insert_commit_unanswered, items, "f", False)
+    with pytest.raises(Exception, match="connection|Lost connection|database is locked"):
+        fut.result(timeout=T)
+    assert _values(db, items) == []
+    assert db.row(fut.job_id).state == "failed"
+    assert [a for _, a, _ in _attempts(db, fut.job_id)] == [1]
+
+
 def test_dependents_of_a_job_finalized_in_its_child_run(db, items):
     ex = db.executor(2)
     up = ex.submit(txn_jobs.insert, items, 5)

@@ -86,3 +86,38 @@ def modules_after_transaction(table: str) -> bool:
 
     insert(table, "probe")
     return "sqlalchemy" in sys.modules
+
+
+def insert_commit_unanswered(table: str, value: Any, made: bool = True) -> Any:
+    """Insert ``value`` through the job's transaction, whose ``COMMIT`` then fails in the client, made on the server or not.
+
+    As if the connection dropped between the server's commit and its answer
+    (``made``), or before the commit reached it: the driver's own
+    lost-connection error (on SQLite, which has no connection, its transient
+    "database is locked").
+    """
+    from sqlalchemy import text
+
+    with dbexecutor.transaction() as conn:
+        conn.execute(text(f"INSERT INTO {table} (v) VALUES (:v)"), {"v": str(value)})
+        dialect = conn.engine.dialect
+    real = dialect.do_commit
+
+    def do_commit(dbapi_connection: Any) -> None:
+        del dialect.do_commit  # once: the class's own again
+        if made:
+            real(dbapi_connection)
+        if dialect.name == "sqlite":
+            import sqlite3
+
+            raise sqlite3.OperationalError("database is locked")
+        if dialect.name == "postgresql":
+            import psycopg
+
+            raise psycopg.OperationalError("consuming input failed: server closed the connection unexpectedly")
+        import pymysql
+
+        raise pymysql.err.OperationalError(2013, "Lost connection to MySQL server during query")
+
+    dialect.do_commit = do_commit  # type: ignore[method-assign]
+    return value

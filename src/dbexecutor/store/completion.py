@@ -7,6 +7,7 @@
                 fenced by (id, attempt) (finish.finish, as the parent would);
                 dependents released; the attempt row; the notification ──► COMMIT
                 0 rows matched (the lease is gone) ──► ROLLBACK, False
+                COMMIT unanswered (connection lost) ──► made if the attempt row is there
 
 The completion's ``UPDATE`` of the job row comes last and the commit follows
 at once, so the row lock it takes (PostgreSQL, MariaDB) is held for one
@@ -26,6 +27,7 @@ import time
 
 from sqlalchemy import Connection
 from sqlalchemy.engine import RootTransaction
+from sqlalchemy.exc import DBAPIError
 
 from .. import serialization
 from ..dialects import resolve
@@ -96,9 +98,36 @@ class JobDatabase:
             if job_id in done.lost:
                 return False  # rolled back below: nothing the job wrote stays
             submit.notify_changes(ctx, conn, [], [], now, done)
-            trans.commit()
-            return True
+            try:
+                trans.commit()
+                return True
+            except DBAPIError as error:
+                # Never used again: whatever its transaction's state on the server, closing the
+                # connection ends it (a pooled connection kept an uncommitted one open, with its locks).
+                conn.invalidate()
+                if not ctx.driver.is_transient(error):
+                    raise
+                unanswered = error
         finally:
             # Without NOTIFY the parent tells the other executors (it rings its doorbell once it has the Result).
             ctx.unsent().clear()
             self.rollback()
+        # The connection dropped during the COMMIT: the server may have made it, its answer lost.
+        # Reported as a failure, the parent would record a second outcome beside the child's own.
+        if self._committed(report):
+            return True
+        raise unanswered
+
+    def _committed(self, report: Report) -> bool:
+        """Whether the transaction that recorded ``report`` committed (its attempt row is there), on a fresh connection.
+
+        False if that cannot be read either: the attempt is reported as failed,
+        and the parent's fenced finish sorts it out.
+        """
+        try:
+            with self._db.engine.connect() as conn:
+                conn = conn.execution_options(dbexecutor_read_only=True)
+                rest, _ = finish.recorded_before(self._ctx, conn, [report])
+        except DBAPIError:
+            return False
+        return not rest
