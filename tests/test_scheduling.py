@@ -170,7 +170,7 @@ def test_in_process_submit_wakes_an_idle_executor_at_once(db):
     assert start - t0 < 1.0
 
 
-def test_other_executors_wake_on_notify_or_poll(db):
+def test_other_executors_wake_on_notify_or_poll(db, tmp_path):
     """B submits while its only child is busy; A runs the job and B's future follows.
 
     On PostgreSQL both poll only every 10 s, so only NOTIFY can make this quick;
@@ -178,20 +178,25 @@ def test_other_executors_wake_on_notify_or_poll(db):
     """
     poll = 10.0 if db.kind == "postgresql" else 0.3
     b = db.executor(max_workers=1, poll_interval=poll)
-    busy = b.submit(jobs.sleep, 5.0, "busy")
-    while db.row(busy.job_id).state not in ("leased", "running"):
-        time.sleep(0.02)
-    a = db.executor(max_workers=1, poll_interval=poll)
-    assert a.submit(jobs.identity, 0).result(timeout=30) == 0  # run by A: B has no free slot
-    time.sleep(0.3)
-    t0 = time.time()
-    fut = b.submit(jobs.timed, 0, "elsewhere")
-    start, end, value = fut.result(timeout=8)
-    resolved = time.time()
-    assert value == "elsewhere"
-    assert start - t0 < 2.0, start - t0  # A woke up for it
-    assert resolved - end < 1.5, resolved - end  # and B's future followed the row
-    assert not busy.done()
+    gate = tmp_path / "busy-may-end"
+    busy = b.submit(jobs.wait_for_file, str(gate), "busy")  # busy until the test has seen what it needs
+    try:
+        while db.row(busy.job_id).state not in ("leased", "running"):
+            time.sleep(0.02)
+        a = db.executor(max_workers=1, poll_interval=poll)
+        assert a.submit(jobs.identity, 0).result(timeout=30) == 0  # run by A: B has no free slot
+        time.sleep(0.3)
+        t0 = time.time()
+        fut = b.submit(jobs.timed, 0, "elsewhere")
+        start, end, value = fut.result(timeout=8)
+        resolved = time.time()
+        assert value == "elsewhere"
+        assert start - t0 < 2.0, start - t0  # A woke up for it
+        assert resolved - end < 1.5, resolved - end  # and B's future followed the row
+        assert not busy.done()
+    finally:
+        gate.touch()
+    assert busy.result(timeout=30) == "busy"
 
 
 def test_an_idle_executor_costs_one_cheap_read_per_poll(db):
