@@ -8,6 +8,8 @@ status flags instead.
 
 from __future__ import annotations
 
+import ssl
+
 from sqlalchemy import func, insert, select, text
 
 import pytest
@@ -65,3 +67,29 @@ def test_no_rollback_after_a_commit_on_mysql(db, store):
         assert rollbacks(conn) == before + 1
         conn.commit()
     assert _rows(store) == 3
+
+
+@pytest.mark.databases("mariadb")
+def test_new_mysql_connections_share_one_tls_context_and_keep_their_own_options(db, store):
+    """PyMySQL's "preferred" TLS context (no TLS options) is made once per process, not per connection.
+
+    Each one loaded the system's CA bundle (about 20 ms of CPU a connection).
+    Explicit TLS options still get a context of their own, built by PyMySQL.
+    """
+    first = store.engine.raw_connection()
+    second = store.engine.raw_connection()  # a second pooled connection: a new session
+    try:
+        a, b = first.driver_connection, second.driver_connection
+        assert a.thread_id() != b.thread_id()
+        assert a.ctx is b.ctx  # made for the first connection the process opened, kept since
+        cur = a.cursor()
+        cur.execute("SELECT 1")
+        assert cur.fetchall() == ((1,),)
+        cur.close()
+    finally:
+        first.close()
+        second.close()
+    kind = type(a)
+    own = kind._create_ssl_ctx(a, {"verify_mode": "required"})
+    assert own is not a.ctx and own.verify_mode == ssl.CERT_REQUIRED
+    assert kind._create_ssl_ctx(a, {}) is a.ctx
