@@ -103,7 +103,8 @@ class JobDatabase:
                 return True
             except DBAPIError as error:
                 # Never used again: whatever its transaction's state on the server, closing the
-                # connection ends it (a pooled connection kept an uncommitted one open, with its locks).
+                # connection ends it. A failure in the client could otherwise send it back to the
+                # pool still inside that transaction, holding the job row's lock.
                 conn.invalidate()
                 if not ctx.driver.is_transient(error):
                     raise
