@@ -63,7 +63,7 @@ def run_main(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Com
         try:
             code = cli_main(list(args), out=out)
         except SystemExit as stopped:  # argparse's usage errors, as the entry point would exit
-            code = stopped.code if isinstance(stopped.code, int) else 1
+            code = 0 if stopped.code is None else stopped.code if isinstance(stopped.code, int) else 1
     return subprocess.CompletedProcess(["dbexecutor", *args], code, out.getvalue(), err.getvalue())
 
 
