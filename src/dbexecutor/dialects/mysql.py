@@ -11,6 +11,8 @@ leases them by id.
 from __future__ import annotations
 
 import contextlib
+import functools
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -31,9 +33,7 @@ __all__ = ["MySQLDriver"]
 _SERVER_STATUS_IN_TRANS = 1  # pymysql.constants.SERVER_STATUS.SERVER_STATUS_IN_TRANS
 
 
-_CONNECTION_CLASS: Any = None
-
-
+@functools.cache
 def _connection_class() -> Any:
     """PyMySQL's ``Connection``, with the TLS context of its "preferred" mode made once per process.
 
@@ -45,26 +45,21 @@ def _connection_class() -> Any:
     from nothing but those empty options; TLS options given in the URL, and
     the servers' own choice of TLS, are PyMySQL's as before.
     """
-    global _CONNECTION_CLASS
-    if _CONNECTION_CLASS is None:
-        import threading
+    from pymysql.connections import Connection as PyMySQLConnection  # type: ignore[import-untyped, unused-ignore]
 
-        from pymysql.connections import Connection as PyMySQLConnection  # type: ignore[import-untyped, unused-ignore]
+    lock = threading.Lock()
+    shared: list[Any] = []  # the one context, once made
 
-        lock = threading.Lock()
-        shared: list[Any] = []
+    class Connection(PyMySQLConnection):  # type: ignore[misc, unused-ignore]
+        def _create_ssl_ctx(self, sslp: Any) -> Any:
+            if not isinstance(sslp, dict) or sslp:
+                return super()._create_ssl_ctx(sslp)
+            with lock:
+                if not shared:
+                    shared.append(super()._create_ssl_ctx(sslp))
+                return shared[0]
 
-        class Connection(PyMySQLConnection):  # type: ignore[misc, unused-ignore]
-            def _create_ssl_ctx(self, sslp: Any) -> Any:
-                if not isinstance(sslp, dict) or sslp:
-                    return super()._create_ssl_ctx(sslp)
-                with lock:
-                    if not shared:
-                        shared.append(super()._create_ssl_ctx(sslp))
-                    return shared[0]
-
-        _CONNECTION_CLASS = Connection
-    return _CONNECTION_CLASS
+    return Connection
 
 
 class MySQLDriver(Driver):

@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError
 from .. import serialization
 from ..dialects import resolve
 from ..records import Report
-from . import finish, submit, worker_name
+from . import finish, landed, submit, worker_name
 from .clock import Clock
 from .context import Context
 from .database import Database
@@ -128,7 +128,6 @@ class JobDatabase:
         try:
             with self._db.engine.connect() as conn:
                 conn = conn.execution_options(dbexecutor_read_only=True)
-                rest, _ = finish.recorded_before(self._ctx, conn, [report])
+                return bool(landed.recorded(self._ctx, conn, [report]))
         except DBAPIError:
             return False
-        return not rest
