@@ -7,9 +7,11 @@ If the commit then fails, the leases never existed (the rows went back, or
 were never inserted) and the next claim may hand out the same token again:
 the children running those attempts are killed and nothing they report is
 recorded. Only jobs whose arguments need no read go early, one per idle
-child. A job that opened a transaction (``dbexecutor.transaction()``)
-completes it only once the parent says the lease committed (``Committed``):
-before that, its fenced completion would find the lease lost.
+child. A job that opens a transaction (``dbexecutor.transaction()``)
+begins it only once the parent says the lease committed: its child asks
+(``AwaitCommit``), holding no lock, and the parent answers (``Committed``)
+once the commit is done; before that, its fenced completion would find the
+lease lost. A job that opens none is told nothing.
 
 The commits of the claiming transactions are found by wrapping that hook,
 and delayed or failed with a SQLAlchemy ``commit`` event.
@@ -21,6 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from typing import Any
 
 import pytest
@@ -30,6 +33,7 @@ from sqlalchemy.exc import OperationalError
 
 import jobs
 import txn_jobs
+from dbexecutor.messages import Committed
 from dbexecutor.store import Store
 from test_job_transactions import _values, items  # noqa: F401 - items is a fixture
 
@@ -164,6 +168,46 @@ def test_a_job_transaction_completes_only_once_its_early_lease_committed(db, com
     assert _values(db, items) == ["0", "1", "2"]  # committed with their completions, none rolled back as lost
     assert not [r for r in caplog.records if "lost its lease" in r.getMessage()]
     for f in futs:
+        assert [a.outcome for a in db.attempts(f.job_id)] == ["ok"]
+
+
+@pytest.fixture
+def told(monkeypatch: Any) -> list[tuple[int, int]]:
+    """The leases the parent (this process) said committed to a child, in order (``Committed`` messages sent)."""
+    sent: list[tuple[int, int]] = []
+    real = Connection.send
+
+    def send(self: Connection, obj: Any) -> None:
+        if isinstance(obj, Committed):
+            sent.append((obj.job_id, obj.attempt))
+        real(self, obj)
+
+    monkeypatch.setattr(Connection, "send", send)
+    return sent
+
+
+@pytest.mark.timeout(T)
+def test_only_a_job_that_opened_a_transaction_is_told_its_early_lease_committed(db, commits, items, told):
+    ex = db.executor(2)
+    ex.submit(jobs.identity, 0).result(timeout=T)
+    # A job with no transaction, started early: its child waits for nothing, and is told nothing.
+    commits.function, commits.delay = "timed", 0.3
+    start, _, _ = ex.submit(jobs.timed, 0.0).result(timeout=T)
+    assert commits.entered and start < commits.entered[-1] + 0.2, "the job did not start before its lease committed"
+    time.sleep(0.2)
+    assert told == []
+    # Asked before the commit (the job opens its transaction at once; its lease takes 0.5 s): answered once it is done.
+    commits.function, commits.delay, commits.entered[:] = "insert", 0.5, []
+    before = ex.submit(txn_jobs.insert, items, "before")
+    assert before.result(timeout=T) == "before"
+    assert commits.entered, "no claiming transaction of the job was seen"
+    # Asked after the commit (the job sleeps past it before opening its transaction): answered at once.
+    commits.function, commits.delay = "", 0.0
+    after = ex.submit(txn_jobs.sleep_then_insert, items, "after", 0.5)
+    assert after.result(timeout=T) == "after"
+    assert told == [(before.job_id, 1), (after.job_id, 1)]
+    assert _values(db, items) == ["after", "before"]
+    for f in (before, after):
         assert [a.outcome for a in db.attempts(f.job_id)] == ["ok"]
 
 

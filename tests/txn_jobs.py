@@ -27,6 +27,16 @@ def insert(table: str, value: Any, fail: bool = False) -> Any:
     return value
 
 
+def sleep_then_insert(table: str, value: Any, seconds: float) -> Any:
+    """Sleep ``seconds``, then insert ``value`` through the job's transaction (opened only then)."""
+    from sqlalchemy import text
+
+    time.sleep(seconds)
+    with dbexecutor.transaction() as conn:
+        conn.execute(text(f"INSERT INTO {table} (v) VALUES (:v)"), {"v": str(value)})
+    return value
+
+
 def insert_then_wait(table: str, value: Any, marker: str, pid_path: str, gate: str) -> Any:
     """First run: insert, write the pid, then wait for ``gate`` (to be killed meanwhile); later runs: insert and return."""
     from sqlalchemy import text

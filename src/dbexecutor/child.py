@@ -6,8 +6,9 @@
     parent ─── Call(job, attempt, payload, ► inbox thread: reads the pipe at once
                     inputs) ───────────────► main thread: check and load the payload
                                              and the upstream results it takes, run fn
-           ─── Committed(job, attempt) ────► an early call's lease committed (a job
-                                             transaction completes only after it)
+           ◄── AwaitCommit(job, attempt) ─── an early call's job opens a transaction:
+           ─── Committed(job, attempt) ────► its lease committed (the transaction
+                                             begins after this answer)
            ◄── Result ────────────────────── the outcome, signed (never writes a row)
            ◄── Beat ──────────────────────── heartbeat thread, while a job runs;
                                              it ends the child if the lifeline closes
@@ -27,6 +28,7 @@ or breaks) the child exits quietly, taking its job's subprocesses with it.
 
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import socket
@@ -41,7 +43,7 @@ import psutil
 
 from . import progress, serialization, transactions
 from .errors import CannotRunHere
-from .messages import Beat, Call, Calls, ChildConfig, Committed, InitFailed, Progress, Ready, Result, Stop, FromChild
+from .messages import AwaitCommit, Beat, Call, Calls, ChildConfig, Committed, InitFailed, Progress, Ready, Result, Stop, FromChild
 
 __all__ = ["child_main", "run_chunk"]
 
@@ -83,8 +85,8 @@ class _Link(threading.Thread):
         self._conn = conn
         self._lock = threading.Lock()
         self._inbox: queue.SimpleQueue[Call | Stop] = queue.SimpleQueue()
-        # Leases of early calls known to have committed (the latest few: a
-        # job that opened no transaction never asks about its own).
+        # Leases of early calls the parent said committed (the latest few:
+        # it answers only what was asked, by a job that opened a transaction).
         self._committed: dict[tuple[int, int], None] = {}
         self._commit_seen = threading.Condition()
 
@@ -100,7 +102,8 @@ class _Link(threading.Thread):
         return self._inbox.get()
 
     def wait_committed(self, job_id: int, attempt: int) -> None:
-        """Wait until the parent says the lease ``(job_id, attempt)`` committed (it kills this child if it never does)."""
+        """Ask the parent whether the lease ``(job_id, attempt)`` committed, and wait until it says so (it kills this child if it never does)."""
+        self.send(AwaitCommit(job_id, attempt))
         with self._commit_seen:
             self._commit_seen.wait_for(lambda: (job_id, attempt) in self._committed)
 
@@ -270,12 +273,13 @@ def child_main(conn: Connection, lifeline: Connection, config: ChildConfig) -> N
         if isinstance(call, Stop):
             return
         beat.start_job(call.job_id, call.attempt)
+        if txns is not None:
+            # An early call's job that opens a transaction first waits for its lease to commit.
+            txns.job_started(functools.partial(link.wait_committed, call.job_id, call.attempt) if call.early else None)
         started = time.time()
         ok, blob, summary, loaded, refused = _run_one(call, config.signer)
         finalized = False
         if txns is not None and txns.open:
-            if call.early:
-                link.wait_committed(call.job_id, call.attempt)  # the lease the completion is fenced by
             # Still beating: the commit may wait a moment for the row's lock.
             ok, blob, summary, finalized = txns.end(call, ok, blob, summary, started)
         beat.end_job()

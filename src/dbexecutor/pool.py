@@ -148,6 +148,8 @@ class Assignment:
     timeout: float | None
     retry_delay: float  # the backoff base if this attempt fails and may be retried
     function: str = ""  # the job's function, for log lines
+    uncommitted: bool = False  # dispatched early: the transaction that leased it has not committed yet
+    awaits_commit: bool = False  # its child asked to be told when it has (AwaitCommit)
 
     @property
     def lease(self) -> tuple[int, int]:

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import serialization
 from .errors import JobTimeoutError, WorkerDied
-from .messages import Beat, Call, Calls, ChildConfig, Committed, DatabaseAddress, InitFailed, Progress, Ready, Result, Stop
+from .messages import AwaitCommit, Beat, Call, Calls, ChildConfig, Committed, DatabaseAddress, InitFailed, Progress, Ready, Result, Stop
 from .pace import Pace
 from .pool import Assignment, Child, describe_exit, kill_trees, start_child
 from .records import Claimed, Report
@@ -153,6 +153,8 @@ class Supervisor:
             elif isinstance(msg, Result):
                 if not self._result(c, msg):
                     return
+            elif isinstance(msg, AwaitCommit):
+                self._await_commit(c, msg)
             elif isinstance(msg, Ready):
                 c.ready = True
                 if c.queue:
@@ -315,6 +317,7 @@ class Supervisor:
                 job.timeout if job.timeout is not None else self.s.timeout,
                 job.retry_delay if job.retry_delay is not None else self.s.retry_delay,
                 job.fn_name,
+                uncommitted=early,
             ))
             if len(c.queue) == 1:
                 c.head_started()
@@ -340,14 +343,43 @@ class Supervisor:
         self.dispatch(jobs, early=True)
 
     def committed(self, leases: set[tuple[int, int]]) -> None:
-        """The transaction that leased these early calls committed: tell the children that hold them."""
+        """The transaction that leased these early calls committed: tell the children that asked (``AwaitCommit``).
+
+        The others are told when they ask: only a job that opened a
+        transaction waits for its lease, and most ask nothing.
+        """
         for c in self._children:
             for a in c.queue:
                 if a.lease in leases:
-                    try:
-                        c.conn.send(Committed(*a.lease))
-                    except OSError:
-                        pass  # the child is dead: its sentinel fires next tick
+                    a.uncommitted = False
+                    if a.awaits_commit:
+                        self._tell_committed(c, a)
+
+    def _await_commit(self, c: Child, msg: AwaitCommit) -> None:
+        """``c``'s job asks whether its early lease committed: answer now if it has, else once it has (:meth:`committed`)."""
+        for a in c.queue:
+            if a.lease == (msg.job_id, msg.attempt):
+                if a.uncommitted:
+                    a.awaits_commit = True
+                else:
+                    self._tell_committed(c, a)
+                return
+        # Not held (its assignment goes only with the job's Result, so this should not happen):
+        # answer all the same. The completion is fenced by the lease in the database; what
+        # the wait spares is only a lease not committed yet being taken for a lost one.
+        log.warning("child %d asked about lease %s, which it does not hold", c.pid, (msg.job_id, msg.attempt))
+        self._send_committed(c, (msg.job_id, msg.attempt))
+
+    def _tell_committed(self, c: Child, a: Assignment) -> None:
+        a.awaits_commit = False
+        self._send_committed(c, a.lease)
+
+    @staticmethod
+    def _send_committed(c: Child, lease: tuple[int, int]) -> None:
+        try:
+            c.conn.send(Committed(*lease))
+        except OSError:
+            pass  # the child is dead: its sentinel fires next tick
 
     def void(self, leases: set[tuple[int, int]]) -> None:
         """The transaction that leased these attempts did not commit: kill the children running them, beside the loop.

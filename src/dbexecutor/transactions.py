@@ -16,7 +16,7 @@ The statements the completion runs are the store's
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
@@ -38,9 +38,20 @@ class ChildTransactions:
         self._address = address
         self._signer = signer
         self._db: JobDatabase | None = None
+        self._await_lease: Callable[[], None] | None = None
+
+    def job_started(self, await_lease: Callable[[], None] | None) -> None:
+        """A job starts; ``await_lease``: what its first :meth:`begin` waits with until its lease has committed (an early call's), or None."""
+        self._await_lease = await_lease
 
     def begin(self) -> Connection:
         """The running job's connection, its transaction begun (the same one on every call during a job)."""
+        if self._await_lease is not None:
+            # Before BEGIN, holding nothing: a fenced completion needs the lease committed, and
+            # waiting with the transaction open would hold, on SQLite, the write lock the
+            # parent's next tick needs before it reads the question (AwaitCommit).
+            wait, self._await_lease = self._await_lease, None
+            wait()
         if self._db is None:
             # Here, not at import: a child whose jobs never ask stays without SQLAlchemy.
             from .store.completion import JobDatabase
