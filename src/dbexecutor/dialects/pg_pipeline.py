@@ -90,8 +90,8 @@ def _rows(cur: Any, encoding: str) -> Rows:
     """The result of psycopg cursor ``cur`` as :class:`Rows`; ``encoding``: its connection's, for the column names.
 
     The names are read from the result itself: ``cursor.description`` builds
-    a ``Column`` object per column (4-10 us each here, about a third of the
-    Python time of a chain link's pipeline), and only the names are used.
+    a ``Column`` object per column (11 us for a result of eight columns
+    here, against 1.2 us this way), and only the names are used.
     """
     from psycopg.pq import ExecStatus
 
