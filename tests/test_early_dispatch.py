@@ -191,9 +191,9 @@ def test_only_a_job_that_opened_a_transaction_is_told_its_early_lease_committed(
     ex = db.executor(2)
     ex.submit(jobs.identity, 0).result(timeout=T)
     # A job with no transaction, started early: its child waits for nothing, and is told nothing.
-    commits.function, commits.delay = "timed", 0.3
+    commits.function, commits.delay = "timed", 0.6
     start, _, _ = ex.submit(jobs.timed, 0.0).result(timeout=T)
-    assert commits.entered and start < commits.entered[-1] + 0.2, "the job did not start before its lease committed"
+    assert commits.entered and start < commits.entered[-1] + 0.3, "the job did not start before its lease committed"
     time.sleep(0.2)
     assert told == []
     # Asked before the commit (the job opens its transaction at once; its lease takes 0.5 s): answered once it is done.
