@@ -353,26 +353,22 @@ class Supervisor:
                 if a.lease in leases:
                     a.uncommitted = False
                     if a.awaits_commit:
-                        self._tell_committed(c, a)
+                        self._send_committed(c, a.lease)
 
     def _await_commit(self, c: Child, msg: AwaitCommit) -> None:
         """``c``'s job asks whether its early lease committed: answer now if it has, else once it has (:meth:`committed`)."""
         for a in c.queue:
             if a.lease == (msg.job_id, msg.attempt):
                 if a.uncommitted:
-                    a.awaits_commit = True
+                    a.awaits_commit = True  # answered by committed()
                 else:
-                    self._tell_committed(c, a)
+                    self._send_committed(c, a.lease)
                 return
         # Not held (its assignment goes only with the job's Result, so this should not happen):
         # answer all the same. The completion is fenced by the lease in the database; what
         # the wait spares is only a lease not committed yet being taken for a lost one.
         log.warning("child %d asked about lease %s, which it does not hold", c.pid, (msg.job_id, msg.attempt))
         self._send_committed(c, (msg.job_id, msg.attempt))
-
-    def _tell_committed(self, c: Child, a: Assignment) -> None:
-        a.awaits_commit = False
-        self._send_committed(c, a.lease)
 
     @staticmethod
     def _send_committed(c: Child, lease: tuple[int, int]) -> None:

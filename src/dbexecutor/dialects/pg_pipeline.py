@@ -65,8 +65,8 @@ def send(conn: Connection, raw: Any, sent: Sequence[tuple[tuple[str, Any], dict[
                             statement, values = fn(conn, cur, statement, values, None, False)
                         executed.append((statement, values))
                     cur.execute(statement, values)
-            encoding = raw.info.encoding
-            out = [_rows(cur, encoding) for cur in cursors]
+            encoding, tuples_ok = raw.info.encoding, psycopg.pq.ExecStatus.TUPLES_OK
+            out = [_rows(cur, encoding, tuples_ok) for cur in cursors]
             for cur, (statement, values) in zip(cursors, executed):
                 for fn in conn.dispatch.after_cursor_execute:
                     fn(conn, cur, statement, values, None, False)
@@ -86,17 +86,15 @@ def send(conn: Connection, raw: Any, sent: Sequence[tuple[tuple[str, Any], dict[
                                   dialect=conn.dialect) from error
 
 
-def _rows(cur: Any, encoding: str) -> Rows:
-    """The result of psycopg cursor ``cur`` as :class:`Rows`; ``encoding``: its connection's, for the column names.
+def _rows(cur: Any, encoding: str, tuples_ok: Any) -> Rows:
+    """The result of psycopg cursor ``cur`` as :class:`Rows`; ``encoding``: its connection's, for the column names; ``tuples_ok``: libpq's status of a result with rows.
 
     The names are read from the result itself: ``cursor.description`` builds
     a ``Column`` object per column (11 us for a result of eight columns
     here, against 1.2 us this way), and only the names are used.
     """
-    from psycopg.pq import ExecStatus
-
     res = cur.pgresult
-    if not res or not (res.nfields or res.status == ExecStatus.TUPLES_OK):
+    if not res or not (res.nfields or res.status == tuples_ok):
         return Rows([], [])  # a statement that returns no rows (as description is None)
     return Rows([(res.fname(i) or b"").decode(encoding) for i in range(res.nfields)], cur.fetchall())
 
