@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from sqlalchemy import Column, Index, Integer, MetaData, String, Table, inspect, insert, select, update
+from sqlalchemy import Column, Index, Integer, MetaData, String, Table, UniqueConstraint, inspect, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 import jobs
 from dbexecutor import DependencyFailed, schema, serialization
@@ -275,6 +276,78 @@ def test_a_version_7_database_gets_the_ready_index_in_the_claims_order(db):
     finally:
         upgraded.close()
     assert db.executor().submit(jobs.add, 2, 2).result(timeout=T) == 4
+
+
+def _create_v8_tables(db: Any) -> None:
+    """Create this test's tables as version 8 did: the key unique by a constraint, the retention index on every row."""
+    store = Store(db.url, db.prefix, create=False)
+    try:
+        tables = store.driver.make_tables(db.prefix)
+        j = tables.jobs
+        key, finished = f"{db.prefix}uq_jobs_key", f"{db.prefix}ix_jobs_finished"
+        for index in [ix for ix in j.indexes if ix.name in (key, finished)]:
+            j.indexes.discard(index)
+        if not any(isinstance(c, UniqueConstraint) and c.name == key for c in j.constraints):
+            j.append_constraint(UniqueConstraint("job_key", name=key))
+        Index(finished, j.c.finished_at)
+        with store.engine.begin() as conn:
+            tables.metadata.create_all(conn)
+            conn.execute(insert(tables.meta), [{"name": "schema_version", "value": "8"}, {"name": "vtime", "value": "0"}])
+            conn.execute(insert(tables.groups).values(name=schema.DEFAULT_GROUP))
+    finally:
+        store.close()
+
+
+def _partial(index: dict[str, Any]) -> bool:
+    return any(k.endswith("_where") and v is not None for k, v in index.get("dialect_options", {}).items())
+
+
+def test_a_version_8_database_keeps_unfinished_and_unkeyed_rows_out_of_two_indexes(db):
+    """Version 9: the retention index holds finished rows, the key's unique index keyed rows (where indexes can be partial).
+
+    PostgreSQL swaps the key's constraint for a partial unique index; SQLite
+    cannot drop a table's constraint and keeps it; MariaDB has no partial
+    indexes. Wherever the key is unique, a keyed submit still finds its job
+    and a second row with the same key is refused.
+    """
+    _create_v8_tables(db)
+    upgraded = _upgraded_from(db, 8)
+    key, finished = f"{db.prefix}uq_jobs_key", f"{db.prefix}ix_jobs_finished"
+    try:
+        with upgraded.engine.connect() as conn:
+            insp = inspect(conn)
+            found = {ix["name"]: ix for ix in insp.get_indexes(upgraded.tables.jobs.name)}
+            uniques = {uc["name"] for uc in insp.get_unique_constraints(upgraded.tables.jobs.name)}
+        assert found[finished]["column_names"] == ["finished_at"]
+        assert _partial(found[finished]) == (db.kind != "mariadb"), found[finished]
+        if db.kind == "postgresql":
+            assert key not in uniques and found[key]["unique"] and _partial(found[key]), found[key]
+        else:
+            assert key in uniques  # SQLite: the table's own constraint; MariaDB: as before
+            assert key not in found or not _partial(found[key])
+        assert upgraded.migrate().created_indexes == []  # the constraint stands for the index: none twice
+    finally:
+        upgraded.close()
+
+    ex = db.executor()
+    first = ex.options(key="once").submit(jobs.add, 1, 2)
+    again = ex.options(key="once").submit(jobs.add, 5, 5)
+    assert again.job_id == first.job_id and again.result(timeout=T) == 3
+    plain = [ex.submit(jobs.add, i, 0) for i in range(3)]
+    assert [f.result(timeout=T) for f in plain] == [0, 1, 2]
+    ex.shutdown()
+    store = db.store()
+    try:
+        (row,) = [r for r in db.jobs() if r.id == first.job_id]
+        copy = {c.name: getattr(row, c.name) for c in store.tables.jobs.columns if c.name != "id"}
+        with pytest.raises(IntegrityError):
+            with store.engine.begin() as conn:
+                conn.execute(insert(store.tables.jobs).values(**copy))
+        # Retention reads the partial index: every finished job goes, none twice.
+        assert store.purge(time.time() + 60) == 4
+        assert db.jobs() == []
+    finally:
+        store.close()
 
 
 _SQLALCHEMY_DIALECTS = {"sqlite": "sqlite", "postgresql": "postgresql", "mariadb": "mysql"}

@@ -46,9 +46,12 @@ from .dialects.types import JOBS_OPTIONS, TABLE_OPTIONS, Blob, Id, LongText, opt
 #: progress, the request to terminate it while it runs, and the indexes
 #: operators' lists page by; version 7 makes the state index partial where
 #: the database can (``LISTED_STATES``); version 8 orders the ready index as the
-#: claim reads it (group, priority, age, queue). ``dbexecutor.store.migrations``
-#: upgrades tables of version 2 and later in place when it opens them.
-SCHEMA_VERSION = 8
+#: claim reads it (group, priority, age, queue); version 9 leaves out of the
+#: retention index the rows not finished, and, where an index can be partial and
+#: the old constraint dropped, out of the key's unique index the rows without a
+#: key. ``dbexecutor.store.migrations`` upgrades tables of version 2 and later
+#: in place when it opens them.
+SCHEMA_VERSION = 9
 
 # The states live in their own module (no database code) and are re-exported here.
 from .states import (  # noqa: E402
@@ -161,9 +164,16 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True, dialect: str 
         # --running): its owner sees it at its next beat, kills the process tree and
         # records the job cancelled.
         Column("terminate_requested", Double, nullable=True),
-        UniqueConstraint("job_key", name=f"{prefix}uq_jobs_key"),
+        *([] if partial_indexes else [UniqueConstraint("job_key", name=f"{prefix}uq_jobs_key")]),
         **options(JOBS_OPTIONS, dialect),
     )
+    # A job's row is written three times (inserted, leased, finished), and as its state
+    # changes every write is a new version of the row in every index whose predicate it
+    # meets. Most jobs have no key and are not finished for two of the three: where
+    # indexes can be partial, the key's unique index and the retention index leave those
+    # rows out (version 9; about a sixth of PostgreSQL's work per job, measured).
+    if partial_indexes:
+        Index(f"{prefix}uq_jobs_key", jobs.c.job_key, unique=True, **partial(text("job_key IS NOT NULL"), dialect))
     # The claim reads a group's ready rows best first (priority, then age),
     # keeping those of the queues it serves: (group, priority, age, queue),
     # in the claim's own order, so it reads the few rows it leases and sorts
@@ -181,8 +191,10 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True, dialect: str 
     # possible, so that no planner prefers it over the ready index for a claim.
     active = text("state IN ('leased', 'running')")
     Index(f"{prefix}ix_jobs_lease", jobs.c.state, jobs.c.lease_expires, **partial(active, dialect))
-    # Retention and purge look for jobs finished before a bound.
-    Index(f"{prefix}ix_jobs_finished", jobs.c.finished_at)
+    # Retention and purge look for jobs finished before a bound (a range, which implies
+    # IS NOT NULL: PostgreSQL and SQLite read the partial index for it).
+    finished = partial(text("finished_at IS NOT NULL"), dialect) if partial_indexes else {}
+    Index(f"{prefix}ix_jobs_finished", jobs.c.finished_at, **finished)
     # Operators' lists show jobs newest first, a page at a time (keyset paging on
     # the id) within a state, a group or a function, or by age.
     # The state index holds only the states that stay few, or that operators

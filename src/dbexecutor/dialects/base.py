@@ -69,6 +69,8 @@ class Driver:
     #: (SQLite's rule; PostgreSQL proves it from the values, and a redundant term
     #: would only skew its row estimate).
     repeats_index_predicate: ClassVar[bool] = False
+    #: ``ALTER TABLE ... DROP CONSTRAINT`` works (SQLite's constraints live in the table's definition).
+    drops_constraints: ClassVar[bool] = True
     #: :meth:`notify` and :meth:`listen` reach other processes (PostgreSQL's LISTEN/NOTIFY).
     supports_notify: ClassVar[bool] = False
     #: :meth:`insert_job_rows` of one row can send a notification with the insert (no statement of its own).

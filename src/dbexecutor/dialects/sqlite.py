@@ -38,6 +38,7 @@ class SQLiteDriver(Driver):
     """SQLite through the standard library's ``sqlite3``: WAL, a busy timeout, ``BEGIN IMMEDIATE`` for writes."""
 
     repeats_index_predicate = True
+    drops_constraints = False  # a constraint is part of CREATE TABLE; changing one rebuilds the table
 
     label = "SQLite"
     explain_prefix = "EXPLAIN QUERY PLAN "

@@ -15,7 +15,24 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from sqlalchemy import Column, Connection, Index, MetaData, String, Table, bindparam, inspect, insert, select, update
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Connection,
+    Double,
+    Index,
+    MetaData,
+    String,
+    Table,
+    UniqueConstraint,
+    bindparam,
+    insert,
+    inspect,
+    select,
+    update,
+)
+from sqlalchemy.schema import DropConstraint
 
 from .. import schema
 from ..errors import SchemaVersionError
@@ -110,7 +127,7 @@ def _v7(ctx: Context, conn: Connection) -> None:
     j = ctx.tables.jobs
     name = f"{ctx.prefix}ix_jobs_state"
     found = [ix for ix in inspect(conn).get_indexes(j.name) if ix["name"] == name]
-    if found and any(k.endswith("_where") and v is not None for k, v in found[0].get("dialect_options", {}).items()):
+    if found and _is_partial(found[0]):
         return  # partial already (created by this version's step 6)
     if found:
         stand_in = Table(j.name, MetaData(), Column("state", String(32)))
@@ -137,8 +154,44 @@ def _v8(ctx: Context, conn: Connection) -> None:
         Index(old, stand_in.c.queue).drop(conn)
 
 
+def _v9(ctx: Context, conn: Connection) -> None:
+    """Version 9: where indexes can be partial, the retention index holds finished rows only and the key's unique index keyed rows only.
+
+    Each is rebuilt in this transaction (PostgreSQL's DDL is transactional: a
+    keyed submit of another executor waits for the commit rather than finding
+    no unique index). SQLite cannot drop a table's constraint: there the key
+    stays unique through the constraint the table was created with, which
+    does what the index would, at version 8's cost.
+    """
+    if not ctx.driver.supports_partial_indexes:
+        return
+    j = ctx.tables.jobs
+    insp = inspect(conn)
+    found = {ix["name"]: ix for ix in insp.get_indexes(j.name)}
+    constraints = {uc["name"] for uc in insp.get_unique_constraints(j.name)}
+    finished, key = f"{ctx.prefix}ix_jobs_finished", f"{ctx.prefix}uq_jobs_key"
+    rebuilt: set[str] = set()
+    if finished in found and not _is_partial(found[finished]):
+        stand_in = Table(j.name, MetaData(), Column("finished_at", Double))
+        Index(finished, stand_in.c.finished_at).drop(conn)
+        rebuilt.add(finished)
+    if key in constraints and ctx.driver.drops_constraints:
+        unique = UniqueConstraint("job_key", name=key)
+        Table(j.name, MetaData(), Column("job_key", String(255)), unique)
+        conn.execute(DropConstraint(unique))
+        rebuilt.add(key)
+    for index in j.indexes:
+        if index.name in rebuilt or (index.name in (finished, key) and index.name not in found and index.name not in constraints):
+            index.create(conn)
+
+
+def _is_partial(reflected: Any) -> bool:
+    """Whether a reflected index has a ``WHERE`` (the dialect names the option ``<dialect>_where``)."""
+    return any(k.endswith("_where") and v is not None for k, v in reflected.get("dialect_options", {}).items())
+
+
 #: version -> the step that brings the tables of the version before it up to it.
-STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8}
+STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9}
 
 
 def ensure_schema(ctx: Context, conn: Connection) -> SchemaReport:
@@ -177,11 +230,16 @@ def ensure_schema(ctx: Context, conn: Connection) -> SchemaReport:
 
 
 def create_missing_indexes(ctx: Context, conn: Connection) -> list[str]:
-    """Create the indexes a later release added to existing tables; their names."""
+    """Create the indexes a later release added to existing tables; their names.
+
+    A unique constraint of an index's name stands for it (SQLite's tables
+    keep the key's constraint they were created with: see version 9).
+    """
     created: list[str] = []
     insp = inspect(conn)
     for table in ctx.tables.metadata.sorted_tables:
         have = {ix["name"] for ix in insp.get_indexes(table.name)}
+        have |= {uc["name"] for uc in insp.get_unique_constraints(table.name)}
         for index in sorted(table.indexes, key=lambda ix: str(ix.name)):
             if index.name not in have:
                 index.create(conn)
