@@ -196,6 +196,40 @@ def tree_pids(pid: int) -> set[int]:
         return set()
 
 
+#: The names of a local database server's processes (the postmaster and a backend per connection; one mariadbd).
+SERVER_PROCESSES = {"postgresql": ("postgres",), "mariadb": ("mariadbd", "mysqld")}
+
+
+def cpu_seconds(kind: str) -> dict[str, float]:
+    """CPU seconds (user + system) so far of this process, of its descendants, and of the local ``kind`` server.
+
+    The servers here are on loopback, so their processes are this machine's;
+    SQLite has no server (its work is this process's). A process that ends
+    between two readings takes its seconds with it: read around work whose
+    processes stay (an executor's children, a server's backends).
+    """
+    def used(p: psutil.Process) -> float:
+        t = p.cpu_times()
+        return float(t.user + t.system)
+
+    me = psutil.Process()
+    out = {"parent": used(me), "children": 0.0, "server": 0.0}
+    for child in me.children(recursive=True):
+        try:
+            out["children"] += used(child)
+        except psutil.Error:
+            continue
+    names = SERVER_PROCESSES.get(kind, ())
+    if names:
+        for p in psutil.process_iter(["name"]):
+            try:
+                if p.info["name"] in names:
+                    out["server"] += used(p)
+            except psutil.Error:
+                continue
+    return out
+
+
 def tcp_ports(pids: set[int], server_port: int) -> set[int]:
     """Local ports of the TCP connections these processes hold to ``server_port`` (on loopback)."""
     ports = set()
