@@ -171,7 +171,7 @@ def make_tables(prefix: str = "", *, partial_indexes: bool = True, dialect: str 
     # changes every write is a new version of the row in every index whose predicate it
     # meets. Most jobs have no key and are not finished for two of the three: where
     # indexes can be partial, the key's unique index and the retention index leave those
-    # rows out (version 9; about a sixth of PostgreSQL's work per job, measured).
+    # rows out (version 9: 5-15% of PostgreSQL's CPU a job, measured).
     if partial_indexes:
         Index(f"{prefix}uq_jobs_key", jobs.c.job_key, unique=True, **partial(text("job_key IS NOT NULL"), dialect))
     # The claim reads a group's ready rows best first (priority, then age),
