@@ -87,6 +87,62 @@ def test_an_error_is_raised_as_sqlalchemy_raises_it_and_the_batch_rolls_back(sto
             assert store.driver.pipelined(conn, [(select(meta.c.value).where(meta.c.name == "vtime"), {})])[0].rows == [("0",)]
 
 
+def test_one_statement_with_nothing_to_send_with_it_runs_on_its_own(store, monkeypatch):
+    """A batch of one, in a transaction already begun (or in autocommit where the store uses it): its rows, its error as SQLAlchemy's.
+
+    On PostgreSQL it goes out past SQLAlchemy's execution (a durable submit's
+    one-row insert), the listeners still seeing it.
+    """
+    from sqlalchemy.engine import Connection
+
+    meta = store.tables.meta
+    executed: list[str] = []  # statements SQLAlchemy's execution ran while a batch was sent
+    sending = [False]
+    original = Connection._execute_context
+
+    def execute_context(self, dialect, constructor, statement, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if sending[0]:
+            executed.append(str(statement).split(None, 1)[0].upper())
+        return original(self, dialect, constructor, statement, *args, **kwargs)
+
+    monkeypatch.setattr(Connection, "_execute_context", execute_context)
+
+    def pipelined(conn, batch):  # type: ignore[no-untyped-def]
+        sending[0] = True
+        try:
+            return store.driver.pipelined(conn, batch)
+        finally:
+            sending[0] = False
+
+    seen: list[str] = []
+
+    def before(conn, cursor, statement, parameters, context, executemany):  # type: ignore[no-untyped-def]
+        seen.append(statement.split(None, 1)[0].upper())
+
+    with store.engine.connect() as conn:
+        event.listen(conn, "before_cursor_execute", before)
+        with conn.begin() as txn:
+            pipelined(conn, [(insert(meta), {"name": "pipe-e", "value": "1"})])  # opens the transaction
+            out = pipelined(conn, [(select(meta.c.name, meta.c.value).where(meta.c.name == "pipe-e"), {})])
+            assert (out[0].keys, out[0].rows) == (["name", "value"], [("pipe-e", "1")])
+            with pytest.raises(IntegrityError) as caught:
+                pipelined(conn, [(insert(meta), {"name": "pipe-e", "value": "again"})])
+            assert caught.value.orig is not None and not store.driver.is_transient(caught.value)
+            txn.rollback()
+        assert seen == ["INSERT", "SELECT", "INSERT"]
+        assert executed == ([] if store.driver.pipelines else seen)
+        assert _meta_rows(store, conn) == {}  # all in the caller's transaction
+        conn.rollback()
+        event.remove(conn, "before_cursor_execute", before)
+        if store.driver.autocommits_one_write:  # where the store writes alone in autocommit
+            auto = conn.execution_options(isolation_level="AUTOCOMMIT")
+            with auto.begin():
+                pipelined(auto, [(insert(meta), {"name": "pipe-f", "value": "1"})])
+                with store.engine.connect() as other:  # committed as it ran
+                    assert _meta_rows(store, other) == {"pipe-f": "1"}
+            assert executed == ([] if store.driver.pipelines else ["INSERT"])
+
+
 def _running(store, owner: str, n: int, now: float):  # noqa: ANN202
     claimed = store.claim(owner, n, 30.0, now)
     assert len(claimed) == n

@@ -16,6 +16,7 @@ for its answer first (one more round trip).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from typing import Any, cast
 
@@ -34,11 +35,15 @@ def supported() -> bool:
     return bool(psycopg.Pipeline.is_supported())
 
 
-def send(conn: Connection, raw: Any, sent: Sequence[tuple[tuple[str, Any], dict[str, Any]]]) -> list[Rows]:
+def send(
+    conn: Connection, raw: Any, sent: Sequence[tuple[tuple[str, Any], dict[str, Any]]], *, pipeline: bool = True
+) -> list[Rows]:
     """Send each ``((text, compiled), parameters)`` of ``sent`` on ``conn``'s psycopg connection ``raw`` in one pipeline; their rows.
 
     ``compiled``: SQLAlchemy's compiled form of the statement, which fills
     in its parameters (and converts them as SQLAlchemy's own execution would).
+    ``pipeline=False``: one statement, sent as psycopg sends one (a pipeline's
+    own messages would cost more than they save).
     """
     import psycopg
 
@@ -46,10 +51,10 @@ def send(conn: Connection, raw: Any, sent: Sequence[tuple[tuple[str, Any], dict[
     statement, values = "", {}
     events = conn._has_events or conn.engine._has_events
     executed: list[tuple[str, Any]] = []
-    begin = begin_here(raw)
+    begin = begin_here(raw) if pipeline else None
     try:
         try:
-            with raw.pipeline():
+            with raw.pipeline() if pipeline else contextlib.nullcontext():
                 if begin is not None:
                     raw.execute(begin)
                 for (statement, compiled), params in sent:

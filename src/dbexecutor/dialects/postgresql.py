@@ -310,23 +310,32 @@ class PostgreSQLDriver(Driver):
         One row with ``notify``: ``INSERT ... RETURNING id, (SELECT pg_notify(...))``,
         the notification sent by the insert (an uncorrelated subquery runs once).
         """
-        if notify is not None:
-            if len(rows) != 1:
-                raise ValueError("a notification goes with a one-row insert")
-            stmt = self._derived(
-                ("insert_notifying", table.name),
-                lambda: insert(table).returning(
-                    table.c.id, select(func.pg_notify(bindparam("n_channel"), bindparam("n_payload"))).scalar_subquery()
-                ),
-            )
-            return [int(conn.execute(stmt, {**rows[0], "n_channel": notify[0], "n_payload": notify[1]}).scalar_one())]
+        if notify is not None and len(rows) != 1:
+            raise ValueError("a notification goes with a one-row insert")
         if len(rows) == 1:
-            return [self._insert_one(conn, table, rows[0])]
+            # A durable submit's write, alone in autocommit: through pipelined() it skips
+            # SQLAlchemy's execution (its statement compiled once per set of columns).
+            row = rows[0]
+            stmt = self._one_row_insert(table, tuple(row), notify is not None)
+            params = row if notify is None else {**row, "n_channel": notify[0], "n_payload": notify[1]}
+            return [int(self.pipelined(conn, [(stmt, params)])[0].rows[0][0])]
         # A multi-row INSERT ... RETURNING makes psycopg parse a new long query
         # text on every call; reserving the ids first keeps the insert's text fixed.
         ids = self.reserve_ids(conn, table, len(rows))
         self.insert_rows(conn, table, [{**row, "id": job_id} for row, job_id in zip(rows, ids)])
         return ids
+
+    def _one_row_insert(self, table: Table, columns: tuple[str, ...], notifying: bool) -> Any:
+        """``INSERT`` of ``columns`` (each bound by its name) ``RETURNING id``; with ``notifying``, the ``pg_notify`` of ``n_channel``, ``n_payload`` too."""
+
+        def build() -> Any:
+            stmt = insert(table).values({c: bindparam(c, type_=table.c[c].type) for c in columns})
+            if not notifying:
+                return stmt.returning(table.c.id)
+            # An uncorrelated subquery runs once: the notification goes with the insert, no statement of its own.
+            return stmt.returning(table.c.id, select(func.pg_notify(bindparam("n_channel"), bindparam("n_payload"))).scalar_subquery())
+
+        return self._derived(("insert_one", table.name, columns, notifying), build)
 
     def reserve_ids(self, conn: Connection, table: Table, n: int) -> list[int]:
         """``n`` values of the ``id`` column's sequence in one round trip, sorted (rows inserted with them keep their order)."""
@@ -388,9 +397,12 @@ class PostgreSQLDriver(Driver):
         # the scheduler's process here, where the server's own work for each
         # is 0.1-0.4 ms.
         raw = cast(Any, conn.connection.dbapi_connection)
-        if not pg_pipeline.supported() or (len(batch) == 1 and not pg_pipeline.opens_transaction(raw)):
-            return super().pipelined(conn, batch)  # libpq before 14; or one statement, nothing to send with it
-        return pg_pipeline.send(conn, raw, [(self._compiled(conn, stmt), params) for stmt, params in batch])
+        if not pg_pipeline.supported():
+            return super().pipelined(conn, batch)  # libpq before 14
+        # One statement with nothing to send with it (no BEGIN) goes out on its own, still
+        # past SQLAlchemy's execution: a durable submit took 45 us of CPU less here (401 -> 356).
+        alone = len(batch) == 1 and not pg_pipeline.opens_transaction(raw)
+        return pg_pipeline.send(conn, raw, [(self._compiled(conn, stmt), params) for stmt, params in batch], pipeline=not alone)
 
     def _compiled(self, conn: Connection, stmt: Any) -> tuple[str, Any]:
         """``stmt`` compiled for this dialect, once: its text and the compiled form that fills in its parameters."""
