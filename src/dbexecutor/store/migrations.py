@@ -2,10 +2,11 @@
 
 Opening a store creates missing tables and upgrades older ones under a
 database-wide lock (an advisory lock, ``GET_LOCK`` or ``BEGIN IMMEDIATE``),
-so several processes starting at once do it once. A step only adds: columns
-that are NULL for the rows already there, and the code reads NULL as "not
-recorded" (see ``arg_refs``), so executors of the previous version that are
-still running keep working against upgraded tables.
+so several processes starting at once do it once. A step adds columns that
+are NULL for the rows already there, and the code reads NULL as "not
+recorded" (see ``arg_refs``), or replaces an index with one the previous
+version's statements read as well (versions 7 to 9), so executors of the
+previous version that are still running keep working against upgraded tables.
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ import logging
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
 from typing import Any
 
 from sqlalchemy import (
