@@ -343,7 +343,7 @@ def test_a_version_8_database_keeps_unfinished_and_unkeyed_rows_out_of_two_index
         with pytest.raises(IntegrityError):
             with store.engine.begin() as conn:
                 conn.execute(insert(store.tables.jobs).values(**copy))
-        # Retention reads the partial index: every finished job goes, none twice.
+        # Retention's range on finished_at (the partial index's rows) deletes every finished job.
         assert store.purge(time.time() + 60) == 4
         assert db.jobs() == []
     finally:

@@ -9,6 +9,10 @@ connection invalidated), for the transaction's retry to judge; the engine's
 cursor-execute listeners see each statement, as SQLAlchemy's own executions
 outside a statement's context do (context None).
 
+A lone statement with no ``BEGIN`` to go with it (a durable submit's
+insert in autocommit) takes the same path without a pipeline: what is
+saved then is SQLAlchemy's execution, not a round trip.
+
 A pipeline that opens the transaction sends the ``BEGIN`` itself
 (:func:`begin_here`): psycopg, beginning one inside a pipeline, would wait
 for its answer first (one more round trip).
