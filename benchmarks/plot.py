@@ -76,7 +76,7 @@ def plot(data: dict[str, Any], out: Path) -> None:
 
     # 1-2: rates, log scale
     ax = axes[0][0]
-    rows = _rows(data, "throughput") + _rows(data, "map")
+    rows = [r for r in _rows(data, "throughput") + _rows(data, "map") if r["unit"] == "/s"]  # rates only (not the server CPU row)
     metrics = _metrics(rows)
     if metrics:
         _grouped(ax, [t.replace(", ", "\n") for t in metrics], _series(rows, metrics, baselines, dbs), log=True)
