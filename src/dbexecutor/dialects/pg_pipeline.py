@@ -29,7 +29,7 @@ from sqlalchemy.exc import DBAPIError
 
 from .base import Rows
 
-__all__ = ["begin_here", "opens_transaction", "send", "supported"]
+__all__ = ["begin_here", "send", "supported"]
 
 
 def supported() -> bool:
@@ -39,15 +39,13 @@ def supported() -> bool:
     return bool(psycopg.Pipeline.is_supported())
 
 
-def send(
-    conn: Connection, raw: Any, sent: Sequence[tuple[tuple[str, Any], dict[str, Any]]], *, pipeline: bool = True
-) -> list[Rows]:
+def send(conn: Connection, raw: Any, sent: Sequence[tuple[tuple[str, Any], dict[str, Any]]]) -> list[Rows]:
     """Send each ``((text, compiled), parameters)`` of ``sent`` on ``conn``'s psycopg connection ``raw`` in one pipeline; their rows.
 
     ``compiled``: SQLAlchemy's compiled form of the statement, which fills
     in its parameters (and converts them as SQLAlchemy's own execution would).
-    ``pipeline=False``: one statement, sent as psycopg sends one (a pipeline's
-    own messages would cost more than they save).
+    One statement with no ``BEGIN`` to send with it goes as psycopg sends one
+    (a pipeline's own messages would cost more than they save).
     """
     import psycopg
 
@@ -55,7 +53,8 @@ def send(
     statement, values = "", {}
     events = conn._has_events or conn.engine._has_events
     executed: list[tuple[str, Any]] = []
-    begin = begin_here(raw) if pipeline else None
+    begin = begin_here(raw)
+    pipeline = begin is not None or len(sent) > 1
     try:
         try:
             with raw.pipeline() if pipeline else contextlib.nullcontext():

@@ -180,8 +180,9 @@ def _v9(ctx: Context, conn: Connection) -> None:
         Table(j.name, MetaData(), Column("job_key", String(255)), unique)
         conn.execute(DropConstraint(unique))
         rebuilt.add(key)
+    have = (found.keys() | constraints) - rebuilt
     for index in j.indexes:
-        if index.name in rebuilt or (index.name in (finished, key) and index.name not in found and index.name not in constraints):
+        if index.name in (finished, key) and index.name not in have:
             index.create(conn)
 
 
