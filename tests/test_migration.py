@@ -353,6 +353,27 @@ def test_a_version_8_database_keeps_unfinished_and_unkeyed_rows_out_of_two_index
 _SQLALCHEMY_DIALECTS = {"sqlite": "sqlite", "postgresql": "postgresql", "mariadb": "mysql"}
 
 
+def test_a_version_9_database_gets_the_functions_table_and_its_payloads_run_as_before(db):
+    store = db.store()
+    try:
+        with store.engine.begin() as conn:
+            store.tables.functions.drop(conn)
+            _set_version(conn, store, 9)
+        assert not inspect(store.engine).has_table(store.tables.functions.name)
+    finally:
+        store.close()
+    upgraded = _upgraded_from(db, 9)
+    try:
+        assert inspect(upgraded.engine).has_table(upgraded.tables.functions.name)
+    finally:
+        upgraded.close()
+    namespace: dict[str, Any] = {"__name__": "__main__"}
+    exec("def job(x):\n    return x + 100\n", namespace)  # noqa: S102 - a script's function: by value only
+    ex = db.executor(1)
+    assert [ex.submit(namespace["job"], i).result(timeout=60) for i in range(3)] == [100, 101, 102]
+    assert len(db._select(lambda t: select(t.functions))) == 1
+
+
 def test_a_store_builds_its_tables_for_its_own_database_only(db):
     # A table option of another database (mysql_engine, sqlite_autoincrement)
     # makes SQLAlchemy import that dialect to check it: a PostgreSQL worker
@@ -373,10 +394,11 @@ def test_payloads_and_long_texts_have_room_on_every_database(db):
     try:
         store.ensure_schema()
         cols = {c["name"]: str(c["type"]).upper() for c in inspect(store.engine).get_columns(store.tables.jobs.name)}
+        functions = {c["name"]: str(c["type"]).upper() for c in inspect(store.engine).get_columns(store.tables.functions.name)}
     finally:
         store.close()
     if db.kind == "mariadb":
-        assert cols["payload"] == cols["result"] == "LONGBLOB"
+        assert cols["payload"] == cols["result"] == functions["data"] == "LONGBLOB"
         assert cols["error"] == cols["arg_refs"] == "MEDIUMTEXT"
     ex = db.executor(1)
     big = "x" * 300_000  # past 64 KiB as a pickle, as an error text

@@ -21,8 +21,11 @@ def short(text: Any, width: int) -> str:
     return s if len(s) <= width else s[: width - 1] + "…"
 
 
-# What a pickle made by value (serialization.ByValue, byvalue.FunctionByValue) loads itself with.
-_BY_VALUE_LOADERS = ("dbexecutor.serialization.ByValue", "dbexecutor.byvalue.load_function")
+# What a pickle made by value (serialization.ByValue, byvalue.FunctionByValue) loads itself with,
+# or a function stored by value is named with (byvalue.StoredFunction).
+_BY_VALUE_LOADERS = (
+    "dbexecutor.serialization.ByValue", "dbexecutor.byvalue.load_function", "dbexecutor.byvalue.load_stored",
+)
 
 
 def pickle_summary(blob: bytes | None, max_items: int = 12) -> dict[str, Any]:
@@ -38,7 +41,7 @@ def pickle_summary(blob: bytes | None, max_items: int = 12) -> dict[str, Any]:
     names: list[str] = []
     values: list[Any] = []
     strings: list[str] = []
-    in_by_value = False  # between a by-value loader and its pickle: the Python version and the pickle are not arguments
+    in_by_value = False  # between a by-value loader and its pickle (or name): the Python version and those are not arguments
     try:
         for op, arg, _pos in pickletools.genops(data):
             if op.name == "GLOBAL" or op.name == "INST":
@@ -46,8 +49,8 @@ def pickle_summary(blob: bytes | None, max_items: int = 12) -> dict[str, Any]:
             elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
                 names.append(f"{strings[-2]}.{strings[-1]}")
                 in_by_value = names[-1] in _BY_VALUE_LOADERS
-            elif in_by_value and isinstance(arg, (int, bytes)):
-                in_by_value = not isinstance(arg, bytes)
+            elif in_by_value and isinstance(arg, (int, bytes, str)):
+                in_by_value = isinstance(arg, int)  # the Python version; then the pickle, or its stored name
             elif isinstance(arg, str) and "UNICODE" in op.name:
                 strings.append(arg)
                 values.append(arg)

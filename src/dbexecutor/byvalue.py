@@ -18,10 +18,19 @@ functions or classes pickled by reference, and the program's functions that
 follow the same rule). A function that captures a list, a dict, an instance
 or a class of the program is pickled afresh each call, as before, so a
 payload always holds what the function would see if pickled at submit.
+
+A pickle used a second time can also leave the payload altogether
+(:class:`StoredFunction`): the store writes it once to its ``functions``
+table, named by its SHA-256, and the payload holds that name (46 bytes
+instead of 500-2,000, in every row and on every write of it). The
+parent that dispatches such a job finds the names in the payload
+(:func:`stored_in`) and sends each child the pickles it has not had
+(:func:`register`); the child loads them by name (:func:`load_stored`).
 """
 
 from __future__ import annotations
 
+import hashlib
 import operator
 import pickle
 import sys
@@ -29,12 +38,15 @@ import threading
 import types
 import weakref
 from collections import OrderedDict
-from collections.abc import Iterator
-from typing import Any, Callable, NamedTuple
+from collections.abc import Iterable, Iterator
+from typing import Any, Callable, NamedTuple, Protocol
 
 from .errors import CannotRunHere
 
-__all__ = ["EmbeddedCall", "FunctionByValue", "embed_call", "embedded", "load_function", "mentions"]
+__all__ = [
+    "EmbeddedCall", "FunctionByValue", "References", "StoredFunction", "embed_call", "embedded", "load_function",
+    "load_stored", "mentions", "register", "stored_in",
+]
 
 #: The module names under which a program's own definitions live (a child's copy of the script is ``__mp_main__``).
 MAIN_MODULES = ("__main__", "__mp_main__")
@@ -79,16 +91,93 @@ def load_function(python: tuple[int, int], data: bytes) -> Callable[..., Any]:
 class FunctionByValue:
     """A function's by-value pickle, embedded in a payload: it unpickles as the function itself."""
 
-    __slots__ = ("python", "data", "mentions")
+    __slots__ = ("python", "data", "mentions", "reused", "_stored")
 
     def __init__(self, python: tuple[int, int], data: bytes) -> None:
-        self.python = tuple(python)
+        self.python: tuple[int, int] = (python[0], python[1])
         self.data = data
         #: How often the pickle holds each name of ``__main__`` (a payload holding more has arguments that refer to it).
         self.mentions = mentions(data)
+        #: Whether a payload has taken it before (a pickle made for one call stays in its payload).
+        self.reused = False
+        self._stored: StoredFunction | None = None
+
+    @property
+    def stored(self) -> StoredFunction:
+        """This pickle named by its digest, for a payload whose store holds the pickle itself."""
+        if self._stored is None:
+            self._stored = StoredFunction(self.python, hashlib.sha256(self.data).hexdigest())
+        return self._stored
 
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (load_function, (self.python, self.data))
+
+
+#: What a stored function's name starts with in a payload (the SHA-256's 32 bytes follow): :func:`stored_in` looks for it.
+_MARK = b"dbexecutor.fn:"
+_DIGEST_BYTES = 32
+
+
+class StoredFunction:
+    """A by-value pickle named by its SHA-256 in a payload; the store's ``functions`` table holds the pickle."""
+
+    __slots__ = ("python", "digest", "_name")
+
+    #: The payload's own text holds none of ``__main__``'s names for it.
+    mentions = (0, 0)
+
+    def __init__(self, python: tuple[int, int], digest: str) -> None:
+        self.python: tuple[int, int] = (python[0], python[1])
+        self.digest = digest  # hex, as the table's key spells it
+        self._name = _MARK + bytes.fromhex(digest)  # in the payload: 46 bytes
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (load_stored, (self.python, self._name))
+
+
+# The pickles this process was sent, by digest (a child's, filled by its parent before each call).
+_registry: dict[str, bytes] = {}
+
+
+def register(functions: Iterable[tuple[str, bytes]]) -> None:
+    """Keep the by-value pickles ``(digest, data)`` that payloads here name (:func:`load_stored` reads them)."""
+    for digest, data in functions:
+        _registry[digest] = data
+
+
+def load_stored(python: tuple[int, int], name: bytes) -> Callable[..., Any]:
+    """Rebuild a function a payload names by its digest, from the pickle :func:`register` was given."""
+    digest = name[len(_MARK):].hex()
+    data = _registry.get(digest)
+    if data is None:
+        raise CannotRunHere(
+            f"its function's by-value pickle (sha256 {digest[:16]}...) is not in the database's functions table"
+        )
+    return load_function(python, data)
+
+
+def stored_in(payload: bytes) -> list[str]:
+    """The digests (hex) of the stored functions ``payload`` names, found in its bytes without unpickling it.
+
+    A pickle holds a bytes object's contents as they are, so every name is
+    found; an argument's bytes that happen to look like one name a pickle
+    the child does not need, which costs nothing but its sending.
+    """
+    found: list[str] = []
+    at = payload.find(_MARK)
+    while at >= 0:
+        start = at + len(_MARK)
+        digest = payload[start:start + _DIGEST_BYTES]
+        if len(digest) == _DIGEST_BYTES:
+            found.append(digest.hex())
+        at = payload.find(_MARK, start)
+    return found
+
+
+class References(Protocol):
+    """Where the program's functions may go by name: the pickle is in the database, or None (embed it)."""
+
+    def __call__(self, made: FunctionByValue) -> StoredFunction | None: ...
 
 
 def mentions(data: bytes) -> tuple[int, int]:
@@ -220,6 +309,7 @@ class _Cache:
         with self._lock:
             entry = self._entries.get(fn)
         if entry is not None and entry[1].holds():
+            entry[0].reused = True
             return entry[0]
         capture = _Capture()
         if not capture.function(fn):
@@ -246,26 +336,30 @@ def _is_programs(obj: Any) -> bool:
     return type(obj) is types.FunctionType and obj.__module__ in MAIN_MODULES
 
 
-def embed_call(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> EmbeddedCall | None:
+def embed_call(
+    fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], reference: References | None = None
+) -> EmbeddedCall | None:
     """``fn(*args, **kwargs)`` with ``fn`` and each argument that is a function of the program embedded by value.
 
     None if none is, or if one captures what may change in place (the
-    caller pickles the whole call by value instead).
+    caller pickles the whole call by value instead). ``reference``: names
+    a pickle the database holds instead of embedding it, where it can.
     """
     # Most calls have neither: found without a Python call per argument.
     function = types.FunctionType
     if not _is_programs(fn) and function not in map(type, args) and not (kwargs and function in map(type, kwargs.values())):
         return None
-    made: dict[int, FunctionByValue] = {}
+    made: dict[int, FunctionByValue | StoredFunction] = {}
 
     def swap(obj: Any) -> Any:
         if not _is_programs(obj):
             return obj
         found = made.get(id(obj))
         if found is None:
-            found = _cache.embedded(obj)
-            if found is None:
+            pickled = _cache.embedded(obj)
+            if pickled is None:
                 raise _Unembeddable
+            found = (reference(pickled) if reference is not None else None) or pickled
             made[id(obj)] = found
         return found
 

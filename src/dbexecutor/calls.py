@@ -5,12 +5,14 @@
     fn(*args, **kwargs), after=, JobOptions
       ├─ a future among the arguments ──► Upstreams: its id (a JobRef in the payload),
       │                                   or Unwritten if it is still queued here (an ArgRef)
-      ├─ pickled and signed ──────────► the payload (or a future failed with the pickling error)
+      ├─ pickled and signed ──────────► the payload (or a future failed with the pickling error); a
+      │                                   program's function used again named by digest (store.functions)
       └─ options, on the server's clock ► NewJob, for the scheduler or the caller's transaction to write
 
 Apart from the executor because every way in (``submit``, ``map``, a
 batch's ``submit`` and ``map``) prepares its rows here and only then
-decides how to write them; nothing here writes.
+decides how to write them; nothing here writes a job (only, once, the pickle of
+a program's function that payloads name: :mod:`dbexecutor.store.functions`).
 """
 
 from __future__ import annotations
@@ -103,7 +105,11 @@ def prepare(
     if upstream is not None:
         upstream += named.futures
     try:
-        payload = serialization.dump_payload(fn, args, kwargs, store.signer)
+        # A function of the program used again goes to the functions table, named in the payload
+        # by digest; not in a caller's transaction: the table's row is written on a connection of
+        # the store's, which on SQLite would wait for the write lock the caller's transaction holds.
+        reference = store.functions.reference if opts.connection is None else None
+        payload = serialization.dump_payload(fn, args, kwargs, store.signer, reference)
         limit = store.driver.max_payload
         if limit is not None and len(payload) > limit:
             raise ValueError(

@@ -41,7 +41,7 @@ from typing import Any, NoReturn
 
 import psutil
 
-from . import progress, serialization, transactions
+from . import byvalue, progress, serialization, transactions
 from .errors import CannotRunHere
 from .messages import AwaitCommit, Beat, Call, Calls, ChildConfig, Committed, InitFailed, Progress, Ready, Result, Stop, FromChild
 
@@ -218,6 +218,8 @@ def _cannot_load_here(error: BaseException) -> bool:
 
 def _load(call: Call, signer: serialization.Signer) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
     """The call a job makes, with the upstream results it takes in place of their references."""
+    if call.functions:
+        byvalue.register(call.functions)  # before the payload that names them is unpickled
     # With a secret, a payload that fails its signature raises here, before anything is unpickled.
     fn, args, kwargs = serialization.load_payload(call.payload, signer, call.job_id)
     refs = set(serialization.collect_refs(args, kwargs, call.refs))

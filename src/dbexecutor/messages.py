@@ -78,6 +78,9 @@ class Call(NamedTuple):
     #: (``dbexecutor.transaction()``) begins only once ``Committed`` arrives,
     #: which the child asks for (``AwaitCommit``).
     early: bool = False
+    #: The stored by-value functions the payload names that this child has not
+    #: been sent before, as ``(digest, pickle)`` (see ``dbexecutor.store.functions``).
+    functions: tuple[tuple[str, bytes], ...] = ()
 
 
 class Calls(NamedTuple):

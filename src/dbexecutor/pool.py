@@ -233,6 +233,7 @@ class Child:
     ready: bool = False  # started, initializer done: it runs (and beats for) the head of its queue
     heard: float = field(default_factory=time.monotonic)  # monotonic time of its last message
     beat: tuple[int, int] | None = None  # the attempt its last beat was for
+    functions: set[str] = field(default_factory=set)  # digests of the stored functions it has been sent
     inbox: Inbox = field(init=False)  # the only reader of ``conn``
 
     def __post_init__(self) -> None:

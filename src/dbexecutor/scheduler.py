@@ -168,7 +168,9 @@ class Scheduler:
         self._queue = SubmitQueue(store, self._registry, self.flags, self._wakeup.wake)
         # A job's transaction (dbexecutor.transaction()) connects where this store does.
         address = DatabaseAddress(store.url.render_as_string(hide_password=False), store.prefix)
-        self._supervisor = Supervisor(settings, store.signer, self.pace, self._wakeup.wake, address, store.clock)
+        self._supervisor = Supervisor(
+            settings, store.signer, self.pace, self._wakeup.wake, address, store.clock, store.functions.cached
+        )
         # The tick's transaction (write, record, claim, hand out) and the periodic tasks around it.
         self._commit = TickCommit(
             store, settings, self.owner, self.flags, self.pace, self.stats,

@@ -283,7 +283,11 @@ def loads(data: bytes) -> Any:
 
 
 def dump_payload(
-    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], signer: Signer = UNSIGNED
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    signer: Signer = UNSIGNED,
+    reference: byvalue.References | None = None,
 ) -> bytes:
     """Pickle (and sign) what a child needs to run the job (futures already replaced by ``JobRef``).
 
@@ -291,9 +295,10 @@ def dump_payload(
     one, as ``map``'s chunks pass it) go in as their by-value pickles, made
     once and reused while what they captured holds (:mod:`~dbexecutor.byvalue`);
     only arguments that otherwise refer to ``__main__`` make the whole call
-    go by value.
+    go by value. ``reference``: where such a pickle may be named by its
+    digest instead (the store holds it: :class:`~dbexecutor.byvalue.StoredFunction`).
     """
-    call = byvalue.embed_call(fn, args, kwargs)
+    call = byvalue.embed_call(fn, args, kwargs, reference)
     if call is not None:
         try:
             data = pickle.dumps(call.parts, protocol=PROTOCOL)

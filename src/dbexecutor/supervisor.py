@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import wait as mp_wait
 from typing import TYPE_CHECKING, Any, Callable
 
-from . import serialization
+from . import byvalue, serialization
 from .errors import JobTimeoutError, WorkerDied
 from .messages import AwaitCommit, Beat, Call, Calls, ChildConfig, Committed, DatabaseAddress, InitFailed, Progress, Ready, Result, Stop
 from .pace import Pace
@@ -67,8 +67,12 @@ class Supervisor:
         wake: Callable[[], None],
         database: DatabaseAddress | None = None,
         clock: Clock | None = None,
+        functions: Callable[[str], bytes | None] | None = None,
     ) -> None:
         self.s = settings
+        # The stored by-value functions' pickles by digest, as this process has them (no read):
+        # each child is sent those its jobs' payloads name, once.
+        self._functions = functions
         # Reports carry times on the database server's clock (``clock``); the
         # children's are read from this machine's wall clock and converted.
         self._clock = clock or Clock()
@@ -322,12 +326,24 @@ class Supervisor:
             if len(c.queue) == 1:
                 c.head_started()
             log.debug("job %d (%s) attempt %d -> child %d", job.job_id, job.fn_name, job.attempt, c.pid)
-            calls.setdefault(c, []).append(Call(job.job_id, job.attempt, job.payload, inputs, job.refs or (), early))
+            sent = self._functions_for(c, job.payload)
+            calls.setdefault(c, []).append(Call(job.job_id, job.attempt, job.payload, inputs, job.refs or (), early, sent))
         for c, batch in calls.items():
             try:
                 c.conn.send(batch[0] if len(batch) == 1 else Calls(tuple(batch)))
             except OSError:
                 pass  # the child is dead: its sentinel fires next tick and its jobs are reported there
+
+    def _functions_for(self, c: Child, payload: bytes) -> tuple[tuple[str, bytes], ...]:
+        """The stored functions ``payload`` names that ``c`` has not been sent, with their pickles (marked sent)."""
+        if self._functions is None:
+            return ()
+        out = []
+        for digest in byvalue.stored_in(payload):
+            if digest not in c.functions and (data := self._functions(digest)) is not None:
+                c.functions.add(digest)
+                out.append((digest, data))
+        return tuple(out)
 
     def idle_children(self) -> int:
         """How many started children hold no job: what a dispatch before the commit may use (one job each)."""

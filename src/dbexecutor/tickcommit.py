@@ -277,7 +277,11 @@ class TickCommit:
         """
         self._void_early()  # an earlier try of this transaction, which did not commit
         fresh = done.results()
-        ready = [job for job in claimed if job.refs is not None and all(ref in fresh for ref in job.refs)]
+        # Nor a job whose stored function this process has not read yet (a read after the commit).
+        have = self.store.functions.has_all
+        ready = [
+            job for job in claimed if job.refs is not None and all(ref in fresh for ref in job.refs) and have([job.payload])
+        ]
         ready = ready[: self._supervisor.idle_children()]
         if ready:
             self._supervisor.dispatch_early([(job, {ref: fresh[ref] for ref in job.refs or ()}) for job in ready])
@@ -363,6 +367,7 @@ class TickCommit:
         """Hand the claimed jobs to children, each with the upstream results it takes as arguments; then say what may be lent."""
         if self._claimed:
             inputs = self._inputs(self._claimed)
+            self.store.functions.fetch(job.payload for job in self._claimed)
             for job in self._claimed:
                 self._registry.mark_running(job.job_id)
             self._supervisor.dispatch([(job, inputs[job.job_id]) for job in self._claimed])
@@ -377,7 +382,9 @@ class TickCommit:
             self.stats.started(len(landed))
             for job in landed:
                 self._registry.mark_running(job.job_id)
-            # No upstream (only such a job goes in leased): nothing to read first.
+            # No upstream (only such a job goes in leased): nothing to read first (but a stored
+            # function, which this process wrote if it submitted the job).
+            self.store.functions.fetch(job.payload for job in landed)
             self._supervisor.dispatch([(job, {}) for job in landed])
 
     def _inputs(self, claimed: Sequence[Claimed]) -> dict[int, dict[int, bytes]]:

@@ -9,7 +9,8 @@
                                 (and, rarely, forget old registrations)    ┘
       renew_leases()            this executor's beat and every lease it holds, in one transaction
       follow_other_processes()  finals of our jobs that other processes finished ──► Registry
-      apply_retention()         one bounded batch of old finished jobs deleted
+      apply_retention()         one bounded batch of old finished jobs deleted (caught up: the
+                                stored functions no job names, every ten minutes)
 
 Each task keeps its own next-due time (monotonic); :meth:`Upkeep.next_due`
 is what the loop's wait must not sleep past. Everything here runs in the
@@ -38,6 +39,7 @@ log = logging.getLogger("dbexecutor")
 
 _IN_POLL = 500  # ids checked per remote poll
 _RETENTION_BATCH = 500  # jobs deleted per retention transaction
+_SWEEP_EVERY = 600.0  # seconds between sweeps of the stored functions (see store.functions)
 _RESCUE_EVERY = 1.0  # seconds between looks for dead executors on this machine (a cheap indexed read)
 _FORGET_EVERY = 60.0  # seconds between clean-ups of old registrations
 _FORGET_AFTER = 600.0  # seconds a dead executor stays listed (at least ten lease TTLs)
@@ -64,7 +66,7 @@ class Upkeep:
         self._registry = registry
         self._commit = commit  # told when work may be runnable again; its claimed jobs' leases are renewed too
         self._lost: set[tuple[int, int]] = set()  # leases already reported lost
-        self._next_renew = self._next_poll = self._next_reclaim = self._next_retention = 0.0
+        self._next_renew = self._next_poll = self._next_reclaim = self._next_retention = self._next_sweep = 0.0
         self._next_rescue = self._next_forget = 0.0
 
     def next_due(self) -> float:
@@ -148,3 +150,9 @@ class Upkeep:
             log.debug("retention: deleted %d finished job(s) older than %g s", deleted, self.s.retention)
         pause = 0.0 if deleted >= _RETENTION_BATCH else min(60.0, max(1.0, self.s.retention / 10))
         self._next_retention = now + pause
+        if deleted < _RETENTION_BATCH and now >= self._next_sweep:
+            # Caught up: the stored functions no job left can name go too (rarely: they are few, and kept an hour).
+            swept = self.store.sweep_functions()
+            if swept:
+                log.debug("retention: deleted %d stored function(s) no job names", swept)
+            self._next_sweep = now + _SWEEP_EVERY

@@ -50,6 +50,8 @@ from . import admin, claim, control, dag, fleet, landed, leases, migrations, rea
 from .clock import Clock
 from .console import Console
 from .context import Context
+from .functions import FunctionTable
+from . import functions as stored_functions
 from .database import MAX_TRIES, Database, Hold, masked_url
 from .migrations import SchemaReport
 from .sql import DEFAULT_SCOPE, Scope, Statements
@@ -709,8 +711,20 @@ class Store:
         return self.transaction(lambda conn: admin.purge_batch(self.ctx, conn, cutoff, limit))
 
     def purge(self, cutoff: float, batch: int = 500) -> int:
-        """:meth:`purge_batch` until nothing more goes; one transaction per batch. Returns the total."""
+        """:meth:`purge_batch` until nothing more goes, then the stored functions no job names; one transaction per batch. Returns the jobs deleted."""
         total = 0
         while n := self.purge_batch(cutoff, batch):
             total += n
+        self.sweep_functions()
         return total
+
+    # -- functions stored by value ----------------------------------------------------------------
+
+    @cached_property
+    def functions(self) -> FunctionTable:
+        """The program's functions this process stored by value or read (see :mod:`dbexecutor.store.functions`)."""
+        return FunctionTable(self)
+
+    def sweep_functions(self) -> int:
+        """Delete the stored functions that no job left in the table can name; how many went."""
+        return self.transaction(lambda conn: stored_functions.sweep(self.ctx, conn, self.now()))

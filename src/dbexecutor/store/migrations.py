@@ -186,13 +186,26 @@ def _v9(ctx: Context, conn: Connection) -> None:
             index.create(conn)
 
 
+def _v10(ctx: Context, conn: Connection) -> None:
+    """Version 10: the ``functions`` table, which :func:`ensure_schema` has just created with any other missing one.
+
+    Nothing in the other tables changes: rows written before hold their
+    functions' pickles in their payloads and still run. The version is what
+    changes: an executor of version 9 would not know a payload that names a
+    stored function, so it refuses these tables (as for every step).
+    """
+    assert inspect(conn).has_table(ctx.tables.functions.name)
+
+
 def _is_partial(reflected: Any) -> bool:
     """Whether a reflected index has a ``WHERE`` (the dialect names the option ``<dialect>_where``)."""
     return any(k.endswith("_where") and v is not None for k, v in reflected.get("dialect_options", {}).items())
 
 
 #: version -> the step that brings the tables of the version before it up to it.
-STEPS: dict[int, Callable[[Context, Connection], None]] = {3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9}
+STEPS: dict[int, Callable[[Context, Connection], None]] = {
+    3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8, 9: _v9, 10: _v10,
+}
 
 
 def ensure_schema(ctx: Context, conn: Connection) -> SchemaReport:

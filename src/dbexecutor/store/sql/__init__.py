@@ -14,8 +14,8 @@ catalogue with each statement's SQL for one database.
 The statements live in a module per operation, as the store's own code does:
 ``meta`` (the schema), ``groups``, ``submit``, ``claim``, ``finish``,
 ``dag``, ``revive`` (retrying a finished job), ``leases``, ``fleet`` (the
-registry of executors), ``reads``, ``admin`` (operators' reads) and
-``retention``. Each module's class is a part over ``base.StatementsBase``
+registry of executors), ``reads``, ``admin`` (operators' reads),
+``retention`` and ``functions`` (the program's functions stored by value). Each module's class is a part over ``base.StatementsBase``
 (the tables, the driver, and what the parts share); :class:`Statements` is
 made of all of them, so that a store has one object that names every
 statement (``ctx.sql``).
@@ -31,6 +31,7 @@ from .claim import ClaimStatements
 from .dag import DagStatements
 from .finish import FinishStatements
 from .fleet import FleetStatements
+from .functions import FunctionStatements
 from .groups import GroupStatements
 from .leases import LeaseStatements
 from .meta import MetaStatements
@@ -57,6 +58,7 @@ class Statements(
     ReadStatements,
     AdminStatements,
     RetentionStatements,
+    FunctionStatements,
 ):
     """Every statement of one store, built on first use and kept (``cached_property``).
 
