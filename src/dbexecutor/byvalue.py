@@ -336,6 +336,11 @@ def _is_programs(obj: Any) -> bool:
     return type(obj) is types.FunctionType and obj.__module__ in MAIN_MODULES
 
 
+def _names_programs(values: Iterable[Any]) -> bool:
+    """Whether ``values`` hold a function of the program (checked one by one only if they hold a function)."""
+    return types.FunctionType in map(type, values) and any(map(_is_programs, values))
+
+
 def embed_call(
     fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any], reference: References | None = None
 ) -> EmbeddedCall | None:
@@ -345,9 +350,9 @@ def embed_call(
     caller pickles the whole call by value instead). ``reference``: names
     a pickle the database holds instead of embedding it, where it can.
     """
-    # Most calls have neither: found without a Python call per argument.
-    function = types.FunctionType
-    if not _is_programs(fn) and function not in map(type, args) and not (kwargs and function in map(type, kwargs.values())):
+    # Most calls have neither: found without a Python call per argument (and a map chunk's
+    # function, an argument of run_chunk, is most often a module's).
+    if not _is_programs(fn) and not _names_programs(args) and not (kwargs and _names_programs(kwargs.values())):
         return None
     made: dict[int, FunctionByValue | StoredFunction] = {}
 

@@ -33,6 +33,9 @@ if TYPE_CHECKING:  # the executor imports this module
 __all__ = ["Upstreams", "prepare", "run_after"]
 
 
+_FUTURES: tuple[type, ...] = (Future,)  # what a call's arguments may hold that is a dependency
+
+
 class Upstreams:
     """The dependencies of one call being prepared: ids, or :class:`Unwritten` for jobs still queued here.
 
@@ -99,7 +102,7 @@ def prepare(
     # Not for a keyed job or a caller's transaction: those are written at
     # once, below their upstreams' rows.
     named = Upstreams(executor, opts.connection is not None, defer=opts.connection is None and opts.key is None)
-    args, kwargs = serialization.map_arguments(args, kwargs, named.argument)
+    args, kwargs = serialization.map_arguments(args, kwargs, named.argument, _FUTURES)
     for f in after:
         named.order_after(f)
     if upstream is not None:

@@ -28,7 +28,7 @@ import pickle
 import pickletools
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Callable
 
 from . import byvalue
@@ -198,24 +198,39 @@ def qualified_name(fn: Any) -> str:
     return f"{module}.{name}"[:255]
 
 
-def _map_shallow(obj: Any, fn: Callable[[Any], Any]) -> Any:
-    """Apply ``fn`` to ``obj`` and, one level down, to the items of a list, tuple or dict."""
-    if type(obj) is list:
-        return [fn(x) for x in obj]
-    if type(obj) is tuple:
-        return tuple(fn(x) for x in obj)
-    if type(obj) is dict:
-        return {k: fn(v) for k, v in obj.items()}
-    return fn(obj)
+def _holds(items: Iterable[Any], kinds: tuple[type, ...]) -> bool:
+    """Whether any of ``items`` is an instance of ``kinds`` (their types collected in C, then checked once each)."""
+    return any(issubclass(t, kinds) for t in set(map(type, items)))
+
+
+def _map_shallow(obj: Any, fn: Callable[[Any], Any], kinds: tuple[type, ...]) -> Any:
+    """Apply ``fn`` to ``obj`` and, one level down, to the items of a list, tuple or dict, where they are ``kinds``.
+
+    A container with no such item is returned as it is: a ``map`` chunk's
+    64 argument tuples, or a list of a million numbers, cost no Python call
+    per item.
+    """
+    t = type(obj)
+    if t is list or t is tuple:
+        if not _holds(obj, kinds):
+            return obj
+        return [fn(x) if isinstance(x, kinds) else x for x in obj] if t is list else tuple(
+            fn(x) if isinstance(x, kinds) else x for x in obj
+        )
+    if t is dict:
+        if not _holds(obj.values(), kinds):
+            return obj
+        return {k: fn(v) if isinstance(v, kinds) else v for k, v in obj.items()}
+    return fn(obj) if isinstance(obj, kinds) else obj
 
 
 def map_arguments(
-    args: tuple[Any, ...], kwargs: dict[str, Any], fn: Callable[[Any], Any]
+    args: tuple[Any, ...], kwargs: dict[str, Any], fn: Callable[[Any], Any], kinds: tuple[type, ...]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """Apply ``fn`` where a dependency may sit: each argument, each keyword value, and their items."""
+    """Apply ``fn`` where a dependency may sit (each argument, each keyword value, and their items) to what is ``kinds``."""
     return (
-        tuple([_map_shallow(a, fn) for a in args]),
-        {k: _map_shallow(v, fn) for k, v in kwargs.items()} if kwargs else {},
+        tuple([_map_shallow(a, fn, kinds) for a in args]),
+        {k: _map_shallow(v, fn, kinds) for k, v in kwargs.items()} if kwargs else {},
     )
 
 
@@ -333,6 +348,10 @@ def load_result(data: bytes, job_id: int, signer: Signer = UNSIGNED) -> Any:
     return loads(signer.open(data, result_context(job_id), f"the result of job {job_id}"))
 
 
+# What a loaded payload holds in place of an upstream's result.
+_PLACEHOLDERS: tuple[type, ...] = (JobRef, ArgRef)
+
+
 def _upstream_id(x: Any, refs: Sequence[int]) -> int | None:
     """The upstream job id a placeholder stands for (None: not a placeholder)."""
     if type(x) is JobRef:
@@ -354,7 +373,7 @@ def collect_refs(args: tuple[Any, ...], kwargs: dict[str, Any], refs: Sequence[i
             found.append(job_id)
         return x
 
-    map_arguments(args, kwargs, visit)
+    map_arguments(args, kwargs, visit, _PLACEHOLDERS)
     return found
 
 
@@ -367,7 +386,7 @@ def resolve_refs(
         job_id = _upstream_id(x, refs)
         return x if job_id is None else results[job_id]
 
-    return map_arguments(args, kwargs, swap)
+    return map_arguments(args, kwargs, swap, _PLACEHOLDERS)
 
 
 class _BatchResult:
