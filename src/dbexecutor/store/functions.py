@@ -26,9 +26,13 @@ pickle whose job never lands is swept as any other.
 names a pickle whose renewal is older than :data:`RENEW_AFTER`; retention
 deletes only pickles whose ``used_at`` is older than :data:`KEEP_FOR` before
 the oldest job left in the table (or now, if none). A job in the table was
-submitted after its pickle's last renewal minus :data:`RENEW_AFTER`, so its
-pickle's ``used_at`` is at least ``created_at - RENEW_AFTER``, well inside
-the margin. Times are the server's clock, as every other here.
+submitted at most :data:`RENEW_AFTER` after its pickle's last renewal, so
+that ``used_at`` is at least ``created_at - RENEW_AFTER``, well inside the
+margin. Times are the server's clock, as every other here. The one gap: a
+submit queued in its executor for more than half an hour before its row is
+written (the database unreachable that long) may find its pickle swept;
+other executors then refuse the job, and its own, which holds the pickle,
+runs it.
 
 **Why a child runs only the pickle its payload named.** The digest is the
 SHA-256 of the pickle, read back here and checked before the pickle is
