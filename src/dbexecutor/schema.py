@@ -35,6 +35,7 @@ from sqlalchemy import (
     String,
     Table,
     UniqueConstraint,
+    literal_column,
     text,
 )
 
@@ -78,12 +79,31 @@ PAGED_BY = {"state": "state", "group": "group_key", "function": "fn_name"}
 LISTED_STATES = (WAITING, FAILED, CANCELLED)
 LISTED_STATES_SQL = "state IN (" + ", ".join(f"'{s}'" for s in LISTED_STATES) + ")"
 
+def state_is(column: Any, state: str) -> Any:
+    """``column = '<state>'``, the state written into the SQL rather than bound as a parameter.
+
+    Where indexes are partial, SQLite checks a statement's conditions against
+    their predicates (``state = 'ready'``, ...) when it prepares it; a
+    condition on ``state`` with a parameter makes it prepare the statement
+    again at every run, to see the value (a chain's count-down: 190 us a run
+    against 60 with the state written in). PostgreSQL's custom plans and
+    MySQL see the value either way.
+    """
+    return column == literal_column(f"'{state}'")
+
+
+def states_in(column: Any, states: tuple[str, ...]) -> Any:
+    """``column IN ('<state>', ...)``, the states written into the SQL (a partial index is
+    usable only when the planner sees the values; see :func:`state_is`)."""
+    return column.in_([literal_column(f"'{s}'") for s in states])
+
+
 _PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,29}$")
 
 _Id, _Blob, _Text = Id, Blob, LongText
 
 __all__ = [
-    "SCHEMA_VERSION", "Tables", "make_tables", "validate_prefix", "ACTIVE_STATES", "ALL_STATES", "CANCELLED",
+    "SCHEMA_VERSION", "Tables", "make_tables", "validate_prefix", "state_is", "states_in", "ACTIVE_STATES", "ALL_STATES", "CANCELLED",
     "DEFAULT_GROUP", "DEFAULT_QUEUE", "DONE", "FAILED", "FINAL_STATES", "LEASED", "PENDING_STATES", "READY", "RUNNING", "WAITING",
 ]
 

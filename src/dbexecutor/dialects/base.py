@@ -244,7 +244,7 @@ class Driver:
         the finish (:meth:`pipelined`).
         """
         up = jobs.alias("up")
-        finished = select(up.c.id).where(self.in_pairs(up.c.id, up.c.attempt, name), up.c.state == schema.DONE)
+        finished = select(up.c.id).where(self.in_pairs(up.c.id, up.c.attempt, name), schema.state_is(up.c.state, schema.DONE))
         stmt = select(deps.c.job_id, deps.c.depends_on_id, jobs.c.batch).join(jobs, jobs.c.id == deps.c.job_id)
         return stmt.where(deps.c.depends_on_id.in_(finished))
 
@@ -263,7 +263,7 @@ class Driver:
         """
         edges = select(deps.c.job_id).where(self.in_ids(deps.c.depends_on_id, name)).subquery("e")
         counts = select(edges.c.job_id, func.count().label("k")).group_by(edges.c.job_id).subquery("c")
-        return _counted_down(update(jobs).where(jobs.c.id == counts.c.job_id, jobs.c.state == schema.WAITING), jobs, counts.c.k)
+        return _counted_down(update(jobs).where(jobs.c.id == counts.c.job_id, schema.state_is(jobs.c.state, schema.WAITING)), jobs, counts.c.k)
 
     def count_down_finished(self, jobs: Table, deps: Table, name: str) -> Update:
         """:meth:`count_down_returning` of the jobs that are done at the attempts bound by :meth:`pairs` as ``name``.
@@ -274,10 +274,10 @@ class Driver:
         (:meth:`pipelined`). Only where :attr:`update_returning`.
         """
         up = jobs.alias("up")
-        finished = select(up.c.id).where(self.in_pairs(up.c.id, up.c.attempt, name), up.c.state == schema.DONE)
+        finished = select(up.c.id).where(self.in_pairs(up.c.id, up.c.attempt, name), schema.state_is(up.c.state, schema.DONE))
         edges = select(deps.c.job_id).where(deps.c.depends_on_id.in_(finished)).subquery("e")
         counts = select(edges.c.job_id, func.count().label("k")).group_by(edges.c.job_id).subquery("c")
-        return _counted_down(update(jobs).where(jobs.c.id == counts.c.job_id, jobs.c.state == schema.WAITING), jobs, counts.c.k)
+        return _counted_down(update(jobs).where(jobs.c.id == counts.c.job_id, schema.state_is(jobs.c.state, schema.WAITING)), jobs, counts.c.k)
 
     def explain(self, conn: Connection, stmt: Any, params: dict[str, Any]) -> list[str]:
         """The query plan of ``stmt`` with ``params``, one text line per plan row."""

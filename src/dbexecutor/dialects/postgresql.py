@@ -231,7 +231,7 @@ class PostgreSQLDriver(Driver):
         up = jobs.alias("up")
         one = (
             select(up.c.id)
-            .where(up.c.id == pairs.c.a, up.c.attempt == pairs.c.b, up.c.state == schema.DONE)
+            .where(up.c.id == pairs.c.a, up.c.attempt == pairs.c.b, schema.state_is(up.c.state, schema.DONE))
             .offset(literal_column("0"))
             .lateral("f")
         )

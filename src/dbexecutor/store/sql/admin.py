@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy import Integer, Select, func, literal_column, select
 
 from ... import schema
-from .base import StatementsBase, _p, _states
+from .base import StatementsBase, _p
 
 __all__ = ["AdminStatements", "THROUGHPUT_BUCKETS"]
 
@@ -65,7 +65,7 @@ class AdminStatements(StatementsBase):
             "state": lambda: j.c.state == _p("state"),
             # Repeats the partial state index's predicate (the states are all among
             # them), where a database reads a partial index only when the query says so.
-            "listed": lambda: _states(j.c.state, schema.LISTED_STATES),
+            "listed": lambda: schema.states_in(j.c.state, schema.LISTED_STATES),
             "queue": lambda: j.c.queue == _p("queue"),
             "group": lambda: j.c.group_key == _p("group"),
             "function": lambda: j.c.fn_name.like(_p("function"), escape="/"),

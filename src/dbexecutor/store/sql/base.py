@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Update, and_, bindparam, literal_column, or_, update
+from sqlalchemy import Update, and_, bindparam, or_, update
 
 from ... import schema
 from ...dialects import Driver
@@ -61,13 +61,6 @@ BACK_TO_READY: dict[str, Any] = {
 }
 
 
-def _states(column: Any, states: tuple[str, ...]) -> Any:
-    # Literal values, not parameters: a partial index (state = 'ready') is only
-    # usable when the planner sees the value, and a prepared statement's
-    # generic plan then knows which states it reads.
-    return column.in_([literal_column(f"'{s}'") for s in states])
-
-
 def _p(name: str, column: Any = None, **kw: Any) -> Any:
     """The parameter ``p_<name>``, typed like ``column`` if one is given."""
     if column is not None:
@@ -89,10 +82,10 @@ class StatementsBase:
         self.driver = driver
         self._variants: dict[tuple[Any, ...], Any] = {}  # statements built per scope kind (see Scope)
         j = tables.jobs
-        self.ready = j.c.state == literal_column(f"'{schema.READY}'")
-        self.active = _states(j.c.state, schema.ACTIVE_STATES)
-        self.final = _states(j.c.state, schema.FINAL_STATES)
-        self.pending = _states(j.c.state, schema.PENDING_STATES)
+        self.ready = schema.state_is(j.c.state, schema.READY)
+        self.active = schema.states_in(j.c.state, schema.ACTIVE_STATES)
+        self.final = schema.states_in(j.c.state, schema.FINAL_STATES)
+        self.pending = schema.states_in(j.c.state, schema.PENDING_STATES)
 
     def runnable(self, now: Any, scope: tuple[bool, bool] | None = None) -> Any:
         """Ready, and not held back by ``run_after``; within a claim's scope (``Scope.key``) if one is given."""

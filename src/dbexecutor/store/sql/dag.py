@@ -44,7 +44,7 @@ class DagStatements(StatementsBase):
         k = _p("k", type_=Integer)
         return (
             update(j)
-            .where(self._ids(j.c.id), j.c.state == schema.WAITING)
+            .where(self._ids(j.c.id), schema.state_is(j.c.state, schema.WAITING))
             .values(state=case((j.c.open_deps <= k, schema.READY), else_=j.c.state), open_deps=j.c.open_deps - k)
         )
 
@@ -73,13 +73,13 @@ class DagStatements(StatementsBase):
         """Batches ``p_ids`` each had ``p_k`` children finish: count down (a batch stays waiting; it is rolled up)."""
         j = self.tables.jobs
         k = _p("k", type_=Integer)
-        return update(j).where(self._ids(j.c.id), j.c.state == schema.WAITING).values(open_deps=j.c.open_deps - k)
+        return update(j).where(self._ids(j.c.id), schema.state_is(j.c.state, schema.WAITING)).values(open_deps=j.c.open_deps - k)
 
     @cached_property
     def full_batches(self) -> Select[Any]:
         """The batches among ``p_ids`` still waiting with every child done (to roll up)."""
         j = self.tables.jobs
-        return select(j.c.id).where(self._ids(j.c.id), j.c.batch == 1, j.c.state == schema.WAITING, j.c.open_deps <= 0)
+        return select(j.c.id).where(self._ids(j.c.id), j.c.batch == 1, schema.state_is(j.c.state, schema.WAITING), j.c.open_deps <= 0)
 
     @cached_property
     def batch_children(self) -> Select[Any]:
@@ -98,7 +98,7 @@ class DagStatements(StatementsBase):
         j = self.tables.jobs
         return (
             update(j)
-            .where(j.c.id == _p("id"), j.c.state == schema.WAITING)
+            .where(j.c.id == _p("id"), schema.state_is(j.c.state, schema.WAITING))
             .values(state=_p("state"), result=_p("result"), error=_p("error"), finished_at=_p("now"), open_deps=0)
         )
 

@@ -32,7 +32,7 @@ class FinishStatements(StatementsBase):
     def done_tokens(self) -> Select[Any]:
         """Id and token of the done rows among ``p_ids`` (which rows a short-counted finish did finish)."""
         j = self.tables.jobs
-        return select(j.c.id, j.c.attempt).where(self._ids(j.c.id), j.c.state == schema.DONE)
+        return select(j.c.id, j.c.attempt).where(self._ids(j.c.id), schema.state_is(j.c.state, schema.DONE))
 
     @cached_property
     def retry_attempt(self) -> Update:

@@ -51,7 +51,7 @@ class ReadStatements(StatementsBase):
     def results(self) -> Select[Any]:
         """Result pickles of the done jobs among ``p_ids``."""
         j = self.tables.jobs
-        return select(j.c.id, j.c.result).where(self._ids(j.c.id), j.c.state == schema.DONE)
+        return select(j.c.id, j.c.result).where(self._ids(j.c.id), schema.state_is(j.c.state, schema.DONE))
 
     @cached_property
     def upstream_results(self) -> Select[Any]:
@@ -60,7 +60,7 @@ class ReadStatements(StatementsBase):
         return (
             select(d.c.job_id, j.c.id, j.c.result)
             .join(j, j.c.id == d.c.depends_on_id)
-            .where(self._ids(d.c.job_id), j.c.state == schema.DONE)
+            .where(self._ids(d.c.job_id), schema.state_is(j.c.state, schema.DONE))
         )
 
     @cached_property

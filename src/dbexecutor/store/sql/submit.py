@@ -35,7 +35,7 @@ class SubmitStatements(StatementsBase):
         large results does not load the others.
         """
         j = self.tables.jobs
-        failed_result = case((j.c.state == schema.FAILED, j.c.result)).label("result")
+        failed_result = case((schema.state_is(j.c.state, schema.FAILED), j.c.result)).label("result")
         stmt = select(j.c.id, j.c.state, failed_result, j.c.finished_at).where(self._ids(j.c.id)).order_by(j.c.id)
         return self.driver.for_update(stmt)
 
