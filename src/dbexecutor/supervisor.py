@@ -13,10 +13,10 @@
                                                                 or "terminated"
 
 Everything here runs in the scheduler thread, except the kill of a child
-whose job passed its timeout or was asked to stop: terminating a process
-tree waits up to a grace period, so it runs in a thread of its own while the
-loop goes on dispatching, and its report joins the others when the tree is
-gone.
+whose job passed its timeout or was asked to stop, or whose lease never
+committed: terminating a process tree waits up to a grace period, so it runs
+in a thread of its own while the loop goes on dispatching (:mod:`.kills`),
+and its report joins the others when the tree is gone.
 
 No database access here: the loop writes what this collects.
 """
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from . import byvalue, serialization
 from .errors import JobTimeoutError, WorkerDied
+from .kills import Kills
 from .messages import AwaitCommit, Beat, Call, Calls, ChildConfig, Committed, DatabaseAddress, InitFailed, Progress, Ready, Result, Stop
 from .pace import Pace
 from .pool import Assignment, Child, describe_exit, kill_trees, start_child
@@ -80,13 +81,11 @@ class Supervisor:
         self._config = ChildConfig(settings.heartbeat_interval, settings.initializer, settings.initargs, signer, database)
         self._signer = signer
         self._pace = pace
-        self._wake = wake  # ends the loop's wait (a kill finished)
         self._children: list[Child] = []
         self._retired: list[Child] = []  # sent Stop after max_tasks_per_child; reaped once they exit
-        self._lock = threading.Lock()  # reports and kills in flight, shared with the kill threads
-        self._killing: dict[Child, Assignment] = {}
-        self._voiding: set[Child] = set()  # running attempts whose lease never committed, being killed
+        self._lock = threading.Lock()  # the reports and an initializer's failure, shared with the kill threads
         self._reports: list[Report] = []
+        self._kills = Kills(settings.kill_grace, wake, self._report)  # trees being killed beside the loop
         self._releases: list[tuple[int, int]] = []
         self._init_failure: str | None = None
         self._new_starts = False  # a job's first beat arrived: its row should say running soon
@@ -114,14 +113,11 @@ class Supervisor:
 
     def busy(self) -> bool:
         """Whether a child holds a job, or a timed-out one is still being killed."""
-        with self._lock:
-            if self._killing or self._voiding:
-                return True
-        return any(c.busy for c in self._children)
+        return self._kills.in_flight() or any(c.busy for c in self._children)
 
     def holds_leases(self) -> bool:
         """Whether any job is held (its lease needs renewing)."""
-        return bool(self._killing) or any(c.busy for c in self._children)
+        return self._kills.holds_jobs() or any(c.busy for c in self._children)
 
     # -- receiving ------------------------------------------------------------------
 
@@ -266,36 +262,22 @@ class Supervisor:
             self._stopping &= held
 
     def _start_kill(self, c: Child, head: Assignment, *, stopped: bool) -> None:
+        """Kill ``c``'s tree beside the loop; its job ``head`` is reported once the tree is gone."""
         self._remove(c)
         self._release(list(c.queue)[1:])
-        with self._lock:
-            self._killing[c] = head
-        threading.Thread(target=self._kill, args=(c, head, stopped), name="dbexecutor-kill", daemon=True).start()
 
-    def _kill(self, c: Child, head: Assignment, stopped: bool = False) -> None:
-        """In a thread of its own: kill a child's tree, then report the job (the tree is gone by then)."""
-        try:
-            kill_trees([c.pid], self.s.kill_grace)
-        except Exception:  # never leave the job unreported
-            log.exception("could not kill child %d", c.pid)
-        finally:
-            c.close()
+        def report() -> Report:
             if stopped:
-                report = Report(
+                return Report(
                     head.job_id, head.attempt, False, b"", "terminated",
                     "asked to stop while it ran; its process tree was killed",
                     worker_name(c.pid), self._started_at(c), self._clock.now(), head.retry_delay,
                     stopped=True,
                 )
-            else:
-                error = JobTimeoutError(
-                    f"job {head.job_id} ran past its timeout of {head.timeout:g} s; its process tree was killed"
-                )
-                report = self._failure(c, head, error, "timeout")
-            with self._lock:
-                self._reports.append(report)
-                del self._killing[c]
-            self._wake()
+            error = JobTimeoutError(f"job {head.job_id} ran past its timeout of {head.timeout:g} s; its process tree was killed")
+            return self._failure(c, head, error, "timeout")
+
+        self._kills.kill(c, head, report)
 
     # -- dispatch ---------------------------------------------------------------------------
 
@@ -411,20 +393,7 @@ class Supervisor:
             )
             self._remove(c)
             self._release(list(c.queue)[1:])
-            with self._lock:
-                self._voiding.add(c)
-            threading.Thread(target=self._kill_voided, args=(c,), name="dbexecutor-kill", daemon=True).start()
-
-    def _kill_voided(self, c: Child) -> None:
-        try:
-            kill_trees([c.pid], self.s.kill_grace)
-        except Exception:
-            log.exception("could not kill child %d", c.pid)
-        finally:
-            c.close()
-            with self._lock:
-                self._voiding.discard(c)
-            self._wake()
+            self._kills.void(c)
 
     def _pick(self) -> Child:
         """An idle child, else a new one (up to max_workers), else the least loaded with room."""
@@ -471,16 +440,11 @@ class Supervisor:
                     if c.beat == a.lease:
                         started.add(a.job_id)
                 held.append(a.lease)
-        with self._lock:
-            held += [a.lease for a in self._killing.values()]
-        return held, started
+        return held + self._kills.leases(), started
 
     def holds(self) -> set[tuple[int, int]]:
         """Every ``(job, attempt)`` lease a child holds or is being killed for, whether its beats are fresh or not."""
-        held = {a.lease for c in self._children for a in c.queue}
-        with self._lock:
-            held |= {a.lease for a in self._killing.values()}
-        return held
+        return {a.lease for c in self._children for a in c.queue} | set(self._kills.leases())
 
     def take_progress(self) -> dict[tuple[int, int], tuple[float | None, str | None]]:
         """The latest ``(fraction, message)`` each running attempt reported since the last call."""
@@ -574,14 +538,7 @@ class Supervisor:
             c.process.join(0)
             c.close()
         self._children, self._retired = [], []
-        self._wait_for_kills()
-
-    def _wait_for_kills(self) -> None:
-        while True:
-            with self._lock:
-                if not self._killing and not self._voiding:
-                    return
-            time.sleep(0.01)
+        self._kills.wait()
 
     # -- helpers ------------------------------------------------------------------------------
 
