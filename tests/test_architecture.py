@@ -6,6 +6,7 @@ import ast
 import pathlib
 import re
 
+import pytest
 from sqlalchemy import create_engine
 
 import dbexecutor
@@ -102,6 +103,29 @@ def test_no_statement_compares_a_jobs_state_with_a_bound_parameter(db):
         assert not offenders, "\n".join(offenders)
         # The rule is not vacuous: the count-down does compare the state, written in.
         assert re.search(r"state (=|IS NOT DISTINCT FROM) 'waiting'", str(stmts.count_down_finished.compile(dialect=dialect)))
+    finally:
+        store.close()
+
+
+def test_the_claims_statements_bind_their_lists_as_one_parameter_where_the_database_allows(db):
+    # An expanding IN list is written into the statement's text by SQLAlchemy at
+    # every execution (on SQLite a pick cost 78-90 us against 50-55 with the
+    # queues as one JSON parameter). Every claim and every leased insert names
+    # the executor's queues (and the functions it skips): on SQLite and
+    # PostgreSQL they go as one parameter. MySQL has neither json_each in the
+    # same form nor arrays, and keeps the expanding list.
+    if db.kind == "mariadb":
+        pytest.skip("MySQL binds lists by expanding them")
+    store = db.store()
+    try:
+        stmts: Statements = store.ctx.sql
+        dialect = create_engine(store.url).dialect
+        scoped = ["runnable_groups", "runnable_groups_locked", "pick", "pick_alone", "lease_picked",
+                  "lease_picked_alone", "free_for", "insert_leased"]
+        for name in scoped:
+            stmt = getattr(stmts, name)((False, True))  # a list of queues, and functions skipped
+            sql = str(stmt.compile(dialect=dialect))
+            assert "POSTCOMPILE" not in sql, f"{name}: {sql[:300]}"
     finally:
         store.close()
 

@@ -34,6 +34,19 @@ class _IdList(TypeDecorator[Any]):
         return "'" + json.dumps([int(i) for i in value]) + "'"
 
 
+class _NameList(TypeDecorator[Any]):
+    """A list of names bound as one JSON text (unpacked by ``json_each``)."""
+
+    impl = String
+    cache_ok = True
+
+    def process_bind_param(self, value: Any, dialect: Any) -> str:
+        return json.dumps([str(s) for s in value])
+
+    def process_literal_param(self, value: Any, dialect: Any) -> str:
+        return "'" + json.dumps([str(s) for s in value]).replace("'", "''") + "'"
+
+
 class SQLiteDriver(Driver):
     """SQLite through the standard library's ``sqlite3``: WAL, a busy timeout, ``BEGIN IMMEDIATE`` for writes."""
 
@@ -195,6 +208,14 @@ class SQLiteDriver(Driver):
         # statements per connection, each holding its list's parameters: the
         # parent's memory grew by megabytes as batch sizes varied.
         each = func.json_each(bindparam(name, type_=_IdList())).table_valued("value")
+        return typed(ColumnElement[bool], column.in_(select(each.c.value)))
+
+    def in_names(self, column: Any, name: str) -> ColumnElement[bool]:
+        # One JSON text, as in_ids. An expanding IN list is written into the
+        # statement's text at every execution: SQLAlchemy's pass over the text
+        # cost 96 us of the submitting thread's CPU for each durable submit's
+        # leased INSERT (whose claim check names the executor's queues).
+        each = func.json_each(bindparam(name, type_=_NameList())).table_valued("value")
         return typed(ColumnElement[bool], column.in_(select(each.c.value)))
 
 
