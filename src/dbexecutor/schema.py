@@ -79,6 +79,7 @@ PAGED_BY = {"state": "state", "group": "group_key", "function": "fn_name"}
 LISTED_STATES = (WAITING, FAILED, CANCELLED)
 LISTED_STATES_SQL = "state IN (" + ", ".join(f"'{s}'" for s in LISTED_STATES) + ")"
 
+
 def state_is(column: Any, state: str) -> Any:
     """``column = '<state>'``, the state written into the SQL rather than bound as a parameter.
 
