@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import pathlib
 import re
+from typing import Any
 
 import pytest
 from sqlalchemy import create_engine
@@ -60,6 +61,13 @@ def test_sql_lives_in_the_store_and_the_dialects():
     assert not offenders, "\n".join(offenders)
 
 
+def _sql(stmts: Statements, name: str, dialect: Any) -> str:
+    """Catalogue entry ``name`` compiled for ``dialect`` (a scoped one in its default variant)."""
+    member = getattr(stmts, name)
+    stmt = member() if callable(member) and not hasattr(member, "compile") else member
+    return str(stmt.compile(dialect=dialect))
+
+
 def test_every_statement_in_the_catalogue_is_named_described_and_compiles(db):
     store = db.store()
     try:
@@ -69,9 +77,7 @@ def test_every_statement_in_the_catalogue_is_named_described_and_compiles(db):
         dialect = create_engine(store.url).dialect
         for name, line in entries:
             assert line and 15 < len(line) < 200, f"{name}: its docstring's first line says what it does"
-            member = getattr(stmts, name)
-            stmt = member() if callable(member) and not hasattr(member, "compile") else member
-            assert str(stmt.compile(dialect=dialect)), name
+            assert _sql(stmts, name, dialect), name
     finally:
         store.close()
 
@@ -94,9 +100,7 @@ def test_no_statement_compares_a_jobs_state_with_a_bound_parameter(db):
         for name, _ in catalogue(stmts):
             if name in _STATE_CHOSEN_BY_CALLER:
                 continue
-            member = getattr(stmts, name)
-            stmt = member() if callable(member) and not hasattr(member, "compile") else member
-            sql = str(stmt.compile(dialect=dialect))
+            sql = _sql(stmts, name, dialect)
             where = sql.split("WHERE", 1)[1] if "WHERE" in sql else ""
             if bound.search(where):
                 offenders.append(f"{name}: {where[:160]}")

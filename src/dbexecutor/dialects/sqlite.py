@@ -21,30 +21,27 @@ from .base import Driver
 __all__ = ["SQLiteDriver"]
 
 
-class _IdList(TypeDecorator[Any]):
-    """A list of ids bound as one JSON text (unpacked by ``json_each``)."""
+class _JsonList(TypeDecorator[Any]):
+    """A list of ids (``item=int``) or names (``item=str``) bound as one JSON text, unpacked by ``json_each``."""
 
     impl = String
-    cache_ok = True
+    cache_ok = True  # the cache key is ``item``, the one argument
+
+    def __init__(self, item: type[int] | type[str]) -> None:
+        super().__init__()
+        self.item = item
 
     def process_bind_param(self, value: Any, dialect: Any) -> str:
-        return json.dumps([int(i) for i in value])
+        return json.dumps([self.item(v) for v in value])
 
     def process_literal_param(self, value: Any, dialect: Any) -> str:
-        return "'" + json.dumps([int(i) for i in value]) + "'"
+        return "'" + json.dumps([self.item(v) for v in value]).replace("'", "''") + "'"
 
 
-class _NameList(TypeDecorator[Any]):
-    """A list of names bound as one JSON text (unpacked by ``json_each``)."""
-
-    impl = String
-    cache_ok = True
-
-    def process_bind_param(self, value: Any, dialect: Any) -> str:
-        return json.dumps([str(s) for s in value])
-
-    def process_literal_param(self, value: Any, dialect: Any) -> str:
-        return "'" + json.dumps([str(s) for s in value]).replace("'", "''") + "'"
+def _in_json(column: Any, name: str, item: type[int] | type[str]) -> ColumnElement[bool]:
+    """``column`` is one of the values of the JSON list bound to ``name`` (see ``_JsonList``)."""
+    each = func.json_each(bindparam(name, type_=_JsonList(item))).table_valued("value")
+    return typed(ColumnElement[bool], column.in_(select(each.c.value)))
 
 
 class SQLiteDriver(Driver):
@@ -207,16 +204,14 @@ class SQLiteDriver(Driver):
         # for each length, and the sqlite3 module keeps up to 128 prepared
         # statements per connection, each holding its list's parameters: the
         # parent's memory grew by megabytes as batch sizes varied.
-        each = func.json_each(bindparam(name, type_=_IdList())).table_valued("value")
-        return typed(ColumnElement[bool], column.in_(select(each.c.value)))
+        return _in_json(column, name, int)
 
     def in_names(self, column: Any, name: str) -> ColumnElement[bool]:
         # One JSON text, as in_ids. An expanding IN list is written into the
         # statement's text at every execution: SQLAlchemy's pass over the text
         # cost 96 us of the submitting thread's CPU for each durable submit's
         # leased INSERT (whose claim check names the executor's queues).
-        each = func.json_each(bindparam(name, type_=_NameList())).table_valued("value")
-        return typed(ColumnElement[bool], column.in_(select(each.c.value)))
+        return _in_json(column, name, str)
 
 
 # Seconds between two tries for the write lock: short at first, since the
