@@ -35,6 +35,7 @@ import jobs
 import txn_jobs
 from dbexecutor.messages import Committed
 from dbexecutor.store import Store
+from seams import scheduler_of
 from test_job_transactions import _values, items  # noqa: F401 - items is a fixture
 
 T = 60
@@ -74,9 +75,10 @@ def commits(monkeypatch: Any) -> Iterator[ClaimingCommits]:
 
     def wrapped(real: Any) -> Any:
         def method(self: Store, *args: Any, before_commit: Any = None, **kwargs: Any) -> Any:
-            def hook(claimed: Any, done: Any) -> None:
-                before_commit(claimed, done)
+            def hook(claimed: Any, done: Any) -> Any:
+                late = before_commit(claimed, done)
                 hooks.claimed([c.fn_name for c in claimed])
+                return late
 
             return real(self, *args, before_commit=hook if before_commit is not None else None, **kwargs)
 
@@ -245,3 +247,50 @@ def test_work_from_another_process_starts_before_its_lease_commits(db, idle_clai
     assert commits.fail == 0, "the claiming commit was never failed"
     assert idle_claims == ["jobs.timed", "jobs.record_start_end"]  # the failed look raised; the next one claimed it
     _check_runs(path, db.attempts(fut.job_id))
+
+
+# -- a transaction that waits for the jobs it started, and records them ------------------------------
+
+
+def _hold(ex: Any) -> None:
+    """Warm ``ex`` up (short jobs seen) and let its transactions wait up to 30 s for the jobs they start early."""
+    for i in range(5):
+        assert ex.submit(jobs.identity, i).result(timeout=T) == i
+    pace = scheduler_of(ex).pace
+    pace.tick_cost = pace.hold_max = 30.0
+
+
+@pytest.mark.timeout(T)
+def test_a_job_recorded_before_a_commit_that_failed_runs_again_and_is_recorded_once(db, commits, tmp_path):
+    # The job ends while the transaction that leased it waits, is recorded
+    # in it, and that COMMIT fails: the lease and the record go together,
+    # and the job runs again (its first run was not killed: it had ended).
+    path = str(tmp_path / "runs")
+    ex = db.executor(2)
+    _hold(ex)
+    commits.function, commits.fail = "record_start_end", 1
+    fut = ex.submit(jobs.record_start_end, path, "v", 0.0)
+    assert fut.result(timeout=T) == "v"
+    assert commits.fail == 0, "the claiming commit was never failed"
+    lines = _lines(path)
+    assert [line.split(":")[0] for line in lines] == ["start", "end", "start", "end"], lines
+    [attempt] = db.attempts(fut.job_id)
+    assert (attempt.attempt, attempt.outcome) == (1, "ok")
+    assert attempt.worker.endswith(":" + lines[-1].split(":")[1])
+    assert db.row(fut.job_id).state == "done"
+    assert len(db.jobs()) == 6  # the warm-up's five and this one: the rolled-back insert left no row
+
+
+@pytest.mark.timeout(T)
+def test_a_job_that_opens_a_transaction_does_not_wait_for_the_hold_of_the_commit_it_needs(db, items):
+    # Its child asks whether the lease committed (AwaitCommit) before the job
+    # begins its transaction: the parent stops waiting for the job and commits.
+    ex = db.executor(2)
+    _hold(ex)
+    start = time.monotonic()
+    futs = [ex.submit(txn_jobs.insert, items, i) for i in range(3)]
+    assert [f.result(timeout=T) for f in futs] == [0, 1, 2]
+    assert time.monotonic() - start < 10.0  # not the 30 s a transaction may wait
+    assert _values(db, items) == ["0", "1", "2"]
+    for f in futs:
+        assert [a.outcome for a in db.attempts(f.job_id)] == ["ok"]

@@ -20,14 +20,27 @@ from seams import scheduler_of, slow_lease_renewal
 
 
 def _record_ticks(ex: DBExecutor) -> list[tuple[int, int]]:
-    """(rows inserted, results recorded) of each of the scheduler's transactions from now on."""
+    """(rows inserted, results recorded) of each of the scheduler's transactions from now on.
+
+    Results recorded: the reports it was given, and those of the jobs it
+    started that ended before its ``COMMIT`` (``before_commit`` returns them).
+    """
     calls: list[tuple[int, int]] = []
     store = ex._store
     real = store.finish_and_claim
 
     def recorded(reports: Any, owner: Any, limit: Any, ttl: Any, now: Any, new: Any = (), *rest: Any, **options: Any) -> Any:
-        calls.append((len(new), len(reports)))
-        return real(reports, owner, limit, ttl, now, new, *rest, **options)
+        late: list[Any] = []
+        hook = options.get("before_commit")
+        if hook is not None:
+            def counted(claimed: Any, done: Any) -> Any:
+                late[:] = hook(claimed, done) or []  # a try again replaces what the last one returned
+                return late
+
+            options["before_commit"] = counted
+        out = real(reports, owner, limit, ttl, now, new, *rest, **options)
+        calls.append((len(new), len(reports) + len(late)))
+        return out
 
     store.finish_and_claim = recorded  # type: ignore[method-assign]
     return calls
@@ -70,10 +83,38 @@ def test_results_of_short_jobs_are_recorded_together(db):
     _warm(ex)
     _pin_linger(ex)
     ticks = _record_ticks(ex)
-    # Nine jobs return at once and one sleeps: the nine results wait for the
-    # tenth (expected short from the history), and one transaction records all.
+    # Nine jobs return at once and one sleeps: the results wait for the
+    # tenth (expected short from the history), and one transaction records
+    # them. The map's own transaction may record the first jobs it started
+    # (see test_a_job_that_ends_before_its_lease_commits_is_recorded_by_that_commit).
     assert list(ex.map(jobs.sleep_if, range(10), [9] * 10, [0.5] * 10)) == list(range(10))
-    assert [r for _, r in ticks if r] == [10], ticks
+    [inserting] = [r for n, r in ticks if n]
+    recording = [r for n, r in ticks if r and not n]
+    assert len(recording) == 1 and inserting + recording[0] == 10, ticks
+
+
+def _pin_hold(ex: DBExecutor) -> None:
+    # As if a transaction took 30 s, and may stay open that long: it waits for any job it started early.
+    pace = scheduler_of(ex).pace
+    pace.tick_cost = pace.hold_max = 30.0
+
+
+def test_a_job_that_ends_before_its_lease_commits_is_recorded_by_that_commit(db):
+    # An idle executor's submit: one transaction inserts the row leased and
+    # hands the job to an idle child before its COMMIT; the job ends while
+    # the transaction waits for it, and the same COMMIT records it.
+    ex = db.executor(2)
+    _warm(ex)
+    _pin_hold(ex)
+    ticks = _record_ticks(ex)
+    futures = []
+    for i in range(3):  # one at a time: each on an idle executor
+        futures.append(ex.submit(jobs.identity, i))
+        assert futures[-1].result(timeout=30) == i
+    assert ticks[:3] == [(1, 1)] * 3, ticks
+    for f in futures:
+        assert [a.outcome for a in db.attempts(f.job_id)] == ["ok"]
+        assert db.row(f.job_id).state == "done"
 
 
 def test_a_submit_ends_the_wait_for_running_jobs(db, tmp_path):

@@ -194,6 +194,15 @@ class Finished:
         """The stored results of the jobs these reports finished done, by id (what their dependents take)."""
         return {f.job_id: f.result for f in self.finals if f.state == states.DONE and f.result is not None}
 
+    def add(self, other: Finished) -> None:
+        """Take in what another batch of reports, recorded in the same transaction, changed."""
+        self.finals += other.finals
+        self.retried += other.retried
+        self.lost = sorted({*self.lost, *other.lost})
+        self.released += other.released
+        self.refused += other.refused
+        self.finalized += other.finalized
+
 
 @dataclass(frozen=True)
 class Renewal:

@@ -340,6 +340,35 @@ class Supervisor:
         assert len(jobs) <= self.idle_children(), "an early dispatch goes to idle children only"
         self.dispatch(jobs, early=True)
 
+    def await_early(self, leases: set[tuple[int, int]], until: float) -> list[Report]:
+        """Wait, until the monotonic time ``until``, for the children running these early calls to end them; their reports.
+
+        Called inside the transaction that leased them, before its
+        ``COMMIT``. The wait ends as soon as every one has reported, a child
+        died, or one of their jobs asks whether its lease committed
+        (``AwaitCommit``: it waits for this very commit). Other children's
+        messages that arrive meanwhile are read as the loop reads them;
+        their reports stay for the loop.
+        """
+        def running() -> list[Child]:
+            return [c for c in self._children if c.queue and c.queue[0].lease in leases]
+
+        children = running()
+        while children and not any(a.awaits_commit for c in children for a in c.queue):
+            left = until - time.monotonic()
+            if left <= 0.0:
+                break
+            ready = set(mp_wait([w for c in children for w in (c.conn, c.process.sentinel)], left))
+            if not ready:
+                break
+            self.handle(ready)
+            children = running()
+        with self._lock:
+            mine = [r for r in self._reports if (r.job_id, r.attempt) in leases]
+            if mine:
+                self._reports = [r for r in self._reports if (r.job_id, r.attempt) not in leases]
+        return mine
+
     def committed(self, leases: set[tuple[int, int]]) -> None:
         """The transaction that leased these early calls committed: tell the children that asked (``AwaitCommit``).
 

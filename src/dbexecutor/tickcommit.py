@@ -89,6 +89,11 @@ class TickCommit:
         self._claimed: list[Claimed] = []  # claimed, not yet handed to a child
         # Handed to children by the transaction committing now, before its COMMIT (see _start_early).
         self._early: list[Claimed] = []
+        self._late: list[Report] = []  # what some of them reported before that COMMIT, recorded by it
+        # Whether the transaction under way may wait for those jobs and record them (see _start_early),
+        # and how long the last one waited.
+        self._may_hold = False
+        self._held_for = 0.0
         # The results the last commit recorded, by job id: a dependent it claimed
         # takes them from here (a chain's next link), not from another read.
         self._fresh: dict[int, bytes] = {}
@@ -190,16 +195,21 @@ class TickCommit:
             # renews what _still_drained trusts, from this tick's fresh look.
             look = bool(rows) or not self._still_drained()
             now = self.store.now()
-            inserted, done, claimed = self.store.finish_and_claim(
-                self._reports, self.owner, limit, self.s.lease_ttl, now, rows, self._scope(), look=look,
-                before_commit=self._start_early, unsure=self._reports_unsure,
-            )
+            self._may_hold, self._held_for = True, 0.0
+            try:
+                inserted, done, claimed = self.store.finish_and_claim(
+                    self._reports, self.owner, limit, self.s.lease_ttl, now, rows, self._scope(), look=look,
+                    before_commit=self._start_early, unsure=self._reports_unsure,
+                )
+            finally:
+                self._may_hold = False
             if look and limit > 0:
                 self._looked(started, wakes)
             elif not self.store.drained:
                 self._drained = None  # this commit may have made work runnable
-            if self._reports:
-                self.pace.tick_recorded(time.monotonic() - started)
+            if self._reports or self._late:
+                # Without the wait for late reports: else the budget it is measured against would grow with it.
+                self.pace.tick_recorded(time.monotonic() - started - self._held_for)
             if limit > 0 and (look or claimed):  # a skipped claim is not one
                 self.stats.claimed(time.monotonic() - started)
         except (DBAPIError, ValueError) as error:
@@ -219,8 +229,9 @@ class TickCommit:
             self._void_early()
             self._queue.requeue(items)
             raise
-        self.stats.ended(self._reports)
+        self.stats.ended(self._reports + self._late)
         self.stats.started(len(claimed))
+        self._late = []
         self._fresh = done.results()
         self._reports, self._reports_unsure = [], False
         self._claimed += self._started_early(claimed)
@@ -265,8 +276,8 @@ class TickCommit:
                 rest.append(job)
         return rest
 
-    def _start_early(self, claimed: list[Claimed], done: Finished) -> None:
-        """In the transaction that claimed them, before its ``COMMIT``: hand jobs to idle children.
+    def _start_early(self, claimed: list[Claimed], done: Finished) -> list[Report]:
+        """In the transaction that claimed them, before its ``COMMIT``: hand jobs to idle children; the reports to record with them.
 
         The children start on them while the commit is written (a flush to
         disk on every database: 0.2-0.5 ms here), instead of after it. Only
@@ -274,6 +285,14 @@ class TickCommit:
         this transaction recorded) go early, one per idle child; the rest
         are dispatched after the commit, as before. If the commit fails,
         :meth:`_void_early` kills those children: the leases never existed.
+
+        When recent jobs ran in less time than a transaction takes, a tick's
+        transaction (not an idle claim's, whose caller has no futures to
+        finish) then waits for them a moment (:meth:`Pace.hold_budget`,
+        unless submits wait): those that end by then are recorded by this
+        same transaction, so their futures resolve at its ``COMMIT``
+        instead of a transaction later. If the commit fails, their reports
+        go with the leases.
         """
         self._void_early()  # an earlier try of this transaction, which did not commit
         fresh = done.results()
@@ -283,15 +302,28 @@ class TickCommit:
             job for job in claimed if job.refs is not None and all(ref in fresh for ref in job.refs) and have([job.payload])
         ]
         ready = ready[: self._supervisor.idle_children()]
-        if ready:
-            self._supervisor.dispatch_early([(job, {ref: fresh[ref] for ref in job.refs or ()}) for job in ready])
-            self._early = ready
+        if not ready:
+            return []
+        self._supervisor.dispatch_early([(job, {ref: fresh[ref] for ref in job.refs or ()}) for job in ready])
+        self._early = ready
+        budget = self.pace.hold_budget() if self._may_hold and not len(self._queue) else 0.0
+        if budget <= 0.0:
+            return []
+        started = time.monotonic()
+        late = self._supervisor.await_early({(job.job_id, job.attempt) for job in ready}, started + budget)
+        self._held_for = time.monotonic() - started
+        for report in late:
+            if report.refused:
+                self._cannot_run(report)
+        self._late = late
+        return late
 
     def _void_early(self) -> None:
         """The transaction that claimed the jobs handed out early did not commit: stop them, report nothing."""
         if self._early:
             self._supervisor.void({(job.job_id, job.attempt) for job in self._early})
             self._early = []
+        self._late = []  # what they reported goes with their leases
 
     # -- whether to look for work -----------------------------------------------------------------
 

@@ -397,14 +397,15 @@ class Store:
         *,
         probe: bool = True,
         scope: Scope = DEFAULT_SCOPE,
-        before_commit: Callable[[list[Claimed], Finished], None] | None = None,
+        before_commit: Callable[[list[Claimed], Finished], Sequence[Report]] | None = None,
     ) -> list[Claimed]:
         """Lease up to ``limit`` ready jobs of ``scope`` in one transaction: fair share over groups, then priority, then age.
 
         With ``probe``, looks first, without a write lock, whether anything is
         runnable: an idle poll is one indexed read, also on SQLite. Without it
         (work is known to be there), one round trip less. ``before_commit``:
-        as in :meth:`finish_and_claim` (nothing is finished here).
+        as in :meth:`finish_and_claim`, but nothing is recorded here: it
+        must return no reports (this method returns no finals).
         """
         if limit <= 0:
             return []
@@ -417,7 +418,8 @@ class Store:
             # Work is there: the probe saw it, or the caller knows of it.
             got, drained = claim.claim(self.ctx, conn, owner, limit, ttl, now, scope, likely=True)
             if before_commit is not None and got:
-                before_commit(got, Finished())
+                late = before_commit(got, Finished())
+                assert not late, "a claim records no reports: they would finish no future"
             return got, drained
 
         def made(conn: Connection, out: tuple[list[Claimed], bool] | None) -> tuple[list[Claimed], bool] | None:
@@ -440,7 +442,7 @@ class Store:
         scope: Scope = DEFAULT_SCOPE,
         *,
         look: bool = True,
-        before_commit: Callable[[list[Claimed], Finished], None] | None = None,
+        before_commit: Callable[[list[Claimed], Finished], Sequence[Report]] | None = None,
         unsure: bool = False,
     ) -> tuple[list[Submitted], Finished, list[Claimed]]:
         """One scheduler tick in one commit: insert ``new`` jobs, record how attempts ended, then claim.
@@ -464,7 +466,10 @@ class Store:
         finished, after its last statement and before its ``COMMIT`` (so that
         the jobs start while the commit is written). It is called again if
         the transaction is tried again, and the commit may still fail: the
-        caller must be able to take back what it did with them.
+        caller must be able to take back what it did with them. It returns
+        the reports of those jobs that already ended (it may wait a moment
+        for them): they are recorded by this transaction, and what they
+        changed is in the ``Finished`` returned (:func:`tick.record_late`).
 
         ``unsure``: these reports were sent before, in a tick whose ``COMMIT``
         failed, and may have been recorded (the answer lost with the
@@ -483,10 +488,10 @@ class Store:
             )
 
         def made(conn: Connection, out: tick.Tick | None) -> tick.Tick | None:
-            return out if out is not None and landed.tick(ctx, conn, now, owner, reports, out.inserted, out.claimed) else None
+            return out if out is not None and landed.tick(ctx, conn, now, owner, reports, out.inserted, out.claimed, out.late) else None
 
         before, self.drained = self.drained, False  # until the commit says otherwise
-        inserted, done, claimed, groups, drained = self.transaction(work, landed=made)
+        inserted, done, claimed, groups, drained, _ = self.transaction(work, landed=made)
         submit.groups_done(ctx, groups)
         # A hint only (other processes add work too): whether runnable rows
         # are likely left, so that the next burst need not look.

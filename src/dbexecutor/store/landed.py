@@ -87,15 +87,18 @@ def tick(
     reports: Sequence[Report],
     rows: Sequence[Submitted],
     claimed: Sequence[Claimed],
+    late: Sequence[Report] = (),
 ) -> bool:
     """Whether a scheduler tick (:meth:`Store.finish_and_claim`) landed: by its first trace, the cheapest read first.
 
     A tick that wrote nothing a second try could repeat (no row, no lease,
     no report of its own) is taken as not landed: running it again is harmless.
+    ``late``: reports of jobs it leased and recorded too (no lease of theirs is left to find).
     """
+    ended = {(r.job_id, r.attempt) for r in late}
     found = inserted(ctx, conn, rows, now)
     if found is None:
-        found = leased(ctx, conn, owner, claimed)
+        found = leased(ctx, conn, owner, [c for c in claimed if (c.job_id, c.attempt) not in ended])
     if found is None:
-        found = recorded(ctx, conn, reports)
+        found = recorded(ctx, conn, [*reports, *late])
     return bool(found)

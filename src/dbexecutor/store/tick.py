@@ -32,7 +32,7 @@ from . import claim, finish, submit
 from .context import Context
 from .sql import Scope
 
-__all__ = ["Tick", "may_lease_new", "tick"]
+__all__ = ["Tick", "may_lease_new", "record_late", "tick"]
 
 
 class Tick(NamedTuple):
@@ -48,6 +48,8 @@ class Tick(NamedTuple):
     groups: dict[str, int | None]
     #: Whether its look for work left nothing runnable; None: nothing looked, nothing made runnable.
     drained: bool | None
+    #: Reports of jobs it leased that ended before its ``COMMIT`` and were recorded with it (see :func:`record_late`).
+    late: list[Report]
 
 
 def may_lease_new(reports: Sequence[Report], new: Sequence[NewJob], limit: int, now: float, scope: Scope) -> bool:
@@ -75,7 +77,7 @@ def tick(
     lease_new: bool,
     look: bool,
     unsure: bool,
-    before_commit: Callable[[list[Claimed], Finished], None] | None,
+    before_commit: Callable[[list[Claimed], Finished], Sequence[Report]] | None,
 ) -> Tick:
     """The tick's statements (see the module and ``Store.finish_and_claim`` for the arguments).
 
@@ -127,8 +129,34 @@ def tick(
         claimed, drained = claim.claim(ctx, conn, owner, limit, ttl, now, scope, likely=likely)
     elif new or made_runnable:
         drained = False  # not looked, and there may be runnable rows now
+    late = record_late(ctx, conn, claimed, done, before_commit)
+    if late and (done.released or done.retried or done.refused):
+        drained = False  # perhaps the late reports made work runnable, after the look
     # New rows this transaction claimed itself are nobody else's news.
     submit.notify_changes(ctx, conn, new, inserted, now, done, taken={c.job_id for c in claimed})
-    if before_commit is not None and claimed:
-        before_commit(claimed, done)
-    return Tick(inserted, done, claimed, groups, drained)
+    return Tick(inserted, done, claimed, groups, drained, late)
+
+
+def record_late(
+    ctx: Context,
+    conn: Connection,
+    claimed: list[Claimed],
+    done: Finished,
+    before_commit: Callable[[list[Claimed], Finished], Sequence[Report]] | None,
+) -> list[Report]:
+    """Hand ``claimed`` to ``before_commit``, after the transaction's last statement; record in it the reports it returns.
+
+    ``before_commit`` starts jobs before the ``COMMIT`` that leases them,
+    and may wait a moment for them: a job that ends in less time than a
+    transaction takes is then recorded by the transaction that leased it,
+    one ``COMMIT`` (and one transaction) fewer. What those reports changed
+    is added to ``done``; they are returned, to be found again if the
+    ``COMMIT`` does not answer (:func:`landed.tick`).
+    """
+    if before_commit is None or not claimed:
+        return []
+    late = list(before_commit(claimed, done))
+    if late:
+        # Their own time: the jobs ended after the transaction's ``now``.
+        done.add(finish.finish(ctx, conn, late, ctx.clock.now()))
+    return late
