@@ -117,6 +117,24 @@ def test_a_job_that_ends_before_its_lease_commits_is_recorded_by_that_commit(db)
         assert db.row(f.job_id).state == "done"
 
 
+def test_a_dependent_released_by_a_job_recorded_before_its_commit_is_claimed_at_once(db):
+    # Each link of the chain ends while the transaction that leased it waits,
+    # and its finish there releases the next one after that transaction's
+    # claim: the next tick must claim it at once, not a poll interval later.
+    ex = db.executor(2, poll_interval=30.0)
+    _warm(ex)
+    _pin_hold(ex)
+    ticks = _record_ticks(ex)
+    start = time.monotonic()
+    f = ex.submit(jobs.identity, 0)
+    for _ in range(9):
+        f = ex.submit(jobs.identity, f)
+    assert f.result(timeout=60) == 0
+    # Ten links take well under a second here; a link left for the next wake-up
+    # waits for the lease upkeep (about 5 s) or the poll (30 s).
+    assert time.monotonic() - start < 4.0, ticks
+
+
 def test_a_submit_ends_the_wait_for_running_jobs(db, tmp_path):
     ex = db.executor(2)
     _warm(ex)

@@ -231,6 +231,9 @@ class TickCommit:
             raise
         self.stats.ended(self._reports + self._late)
         self.stats.started(len(claimed))
+        if self._late and (done.released or done.retried or done.refused):
+            # Made runnable after this transaction's claim: the next tick claims at once, not a poll later.
+            self._wakeup.wake(work=True)
         self._late = []
         self._fresh = done.results()
         self._reports, self._reports_unsure = [], False
@@ -287,8 +290,8 @@ class TickCommit:
         :meth:`_void_early` kills those children: the leases never existed.
 
         When recent jobs ran in less time than a transaction takes, a tick's
-        transaction (not an idle claim's, whose caller has no futures to
-        finish) then waits for them a moment (:meth:`Pace.hold_budget`,
+        transaction (not an idle tick's claim, :meth:`Store.claim`, which
+        records nothing) then waits for them a moment (:meth:`Pace.hold_budget`,
         unless submits wait): those that end by then are recorded by this
         same transaction, so their futures resolve at its ``COMMIT``
         instead of a transaction later. If the commit fails, their reports
