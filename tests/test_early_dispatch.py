@@ -75,8 +75,8 @@ def commits(monkeypatch: Any) -> Iterator[ClaimingCommits]:
 
     def wrapped(real: Any) -> Any:
         def method(self: Store, *args: Any, before_commit: Any = None, **kwargs: Any) -> Any:
-            def hook(claimed: Any, done: Any) -> Any:
-                late = before_commit(claimed, done)
+            def hook(claimed: Any, done: Any, again: bool) -> Any:
+                late = before_commit(claimed, done, again)
                 hooks.claimed([c.fn_name for c in claimed])
                 return late
 

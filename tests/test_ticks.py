@@ -33,9 +33,12 @@ def _record_ticks(ex: DBExecutor) -> list[tuple[int, int]]:
         late: list[Any] = []
         hook = options.get("before_commit")
         if hook is not None:
-            def counted(claimed: Any, done: Any) -> Any:
-                late[:] = hook(claimed, done) or []  # a try again replaces what the last one returned
-                return late
+            def counted(claimed: Any, done: Any, again: bool) -> Any:
+                ended = hook(claimed, done, again) or []
+                if not again:
+                    late.clear()  # a try again replaces what the last one recorded
+                late.extend(ended)
+                return ended
 
             options["before_commit"] = counted
         out = real(reports, owner, limit, ttl, now, new, *rest, **options)
@@ -117,22 +120,41 @@ def test_a_job_that_ends_before_its_lease_commits_is_recorded_by_that_commit(db)
         assert db.row(f.job_id).state == "done"
 
 
-def test_a_dependent_released_by_a_job_recorded_before_its_commit_is_claimed_at_once(db):
-    # Each link of the chain ends while the transaction that leased it waits,
-    # and its finish there releases the next one after that transaction's
-    # claim: the next tick must claim it at once, not a poll interval later.
-    ex = db.executor(2, poll_interval=30.0)
+def test_a_chain_of_short_jobs_goes_through_several_links_per_commit(db):
+    # Written in one transaction, the chain's first link is leased and
+    # handed out before its COMMIT; each link that ends while it waits is
+    # recorded there, and the next one, released by that finish, is leased
+    # and handed out in the same transaction.
+    ex = db.executor(2)
     _warm(ex)
     _pin_hold(ex)
     ticks = _record_ticks(ex)
+    with scheduler_of(ex).hold_writes():  # the ten rows go in together
+        futures = [ex.submit(jobs.identity, 0)]
+        for _ in range(9):
+            futures.append(ex.submit(jobs.identity, futures[-1]))
+    assert [f.result(timeout=60) for f in futures] == [0] * 10
+    assert ticks[0] == (10, 10), ticks
+    for f in futures:
+        assert [a.outcome for a in db.attempts(f.job_id)] == ["ok"]
+
+
+def test_dependents_released_before_a_commit_and_not_leased_by_it_are_claimed_at_once(db):
+    # The root ends while its transaction waits and releases three
+    # dependents; that transaction leases only as many as ended (one, for
+    # the child that ran the root). The other two must be claimed by the next
+    # tick at once, not a poll interval later.
+    ex = db.executor(2, poll_interval=30.0, lease_ttl=120.0)
+    _warm(ex)
+    _pin_hold(ex)
     start = time.monotonic()
-    f = ex.submit(jobs.identity, 0)
-    for _ in range(9):
-        f = ex.submit(jobs.identity, f)
-    assert f.result(timeout=60) == 0
-    # Ten links take well under a second here; a link left for the next wake-up
-    # waits for the lease upkeep (about 5 s) or the poll (30 s).
-    assert time.monotonic() - start < 4.0, ticks
+    with scheduler_of(ex).hold_writes():
+        root = ex.submit(jobs.identity, 1)
+        kids = [ex.submit(jobs.identity, root) for _ in range(3)]
+    assert [k.result(timeout=60) for k in kids] == [1, 1, 1]
+    # A few transactions here; a dependent left for the next wake-up waits
+    # for the lease upkeep (about 5 s) or the poll (30 s).
+    assert time.monotonic() - start < 4.0
 
 
 def test_a_submit_ends_the_wait_for_running_jobs(db, tmp_path):

@@ -29,8 +29,9 @@ _PREFETCH_WORK = 0.05  # seconds of (short) work a child may hold queued behind 
 _PREFETCH_MAX = 512  # at most this many jobs per child
 _PREFETCH_AFTER = 4  # results seen before the average is trusted
 _LINGER_MAX = 0.02  # seconds a tick that would only record results may wait
-# Seconds a transaction may stay open waiting for the jobs it started (on SQLite it holds the write lock).
-_HOLD_MAX = 0.005
+# Seconds a transaction may stay open waiting for the jobs it started, all its waits together
+# (on SQLite it holds the write lock; everywhere, its jobs' futures resolve at its COMMIT).
+_HOLD_MAX = 0.01
 
 
 @dataclass
@@ -45,7 +46,7 @@ class Pace:
     results_seen: int = 0
     tick_cost: float = 0.0  # seconds, recent transactions that recorded results (0: none yet)
     linger_max: float = _LINGER_MAX  # the longest a tick waits for results it could record together
-    hold_max: float = _HOLD_MAX  # the longest a transaction waits for the jobs it started before its COMMIT
+    hold_max: float = _HOLD_MAX  # the longest a transaction waits, in all, for the jobs it started before its COMMIT
 
     def job_ended(self, seconds: float) -> None:
         """A child reported a job that ran for ``seconds``."""
@@ -82,12 +83,13 @@ class Pace:
         return budget
 
     def hold_budget(self) -> float:
-        """Seconds worth keeping a transaction open for the jobs it hands out before its ``COMMIT`` (0.0: do not wait).
+        """Seconds worth keeping a transaction open for the jobs it just handed out before its ``COMMIT`` (0.0: do not wait).
 
         Worth it when recent jobs ran in less than a transaction takes: the
         transaction that leased them then records them too, and their
         results are final one ``COMMIT`` sooner. Never before a few results
-        have been seen; never longer than :attr:`hold_max`.
+        have been seen; never longer than :attr:`hold_max` (which also
+        bounds all the waits of one transaction together).
         """
         if self.results_seen < _PREFETCH_AFTER or self.tick_cost <= 0.0:
             return 0.0

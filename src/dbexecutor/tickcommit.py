@@ -91,8 +91,9 @@ class TickCommit:
         self._early: list[Claimed] = []
         self._late: list[Report] = []  # what some of them reported before that COMMIT, recorded by it
         # Whether the transaction under way may wait for those jobs and record them (see _start_early),
-        # and how long the last one waited.
+        # until when at the latest, and how long it waited.
         self._may_hold = False
+        self._hold_end: float | None = None
         self._held_for = 0.0
         # The results the last commit recorded, by job id: a dependent it claimed
         # takes them from here (a chain's next link), not from another read.
@@ -279,7 +280,7 @@ class TickCommit:
                 rest.append(job)
         return rest
 
-    def _start_early(self, claimed: list[Claimed], done: Finished) -> list[Report]:
+    def _start_early(self, claimed: list[Claimed], done: Finished, again: bool = False) -> list[Report]:
         """In the transaction that claimed them, before its ``COMMIT``: hand jobs to idle children; the reports to record with them.
 
         The children start on them while the commit is written (a flush to
@@ -291,13 +292,16 @@ class TickCommit:
 
         When recent jobs ran in less time than a transaction takes, a tick's
         transaction (not an idle tick's claim, :meth:`Store.claim`, which
-        records nothing) then waits for them a moment (:meth:`Pace.hold_budget`,
-        unless submits wait): those that end by then are recorded by this
-        same transaction, so their futures resolve at its ``COMMIT``
-        instead of a transaction later. If the commit fails, their reports
-        go with the leases.
+        records nothing) then waits for them a moment (:meth:`_hold_until`):
+        those that end by then are recorded by this same transaction, so
+        their futures resolve at its ``COMMIT`` instead of a transaction
+        later, and the jobs they made runnable come back here leased
+        (``again``: the same try of the transaction). If the commit fails,
+        their reports go with the leases.
         """
-        self._void_early()  # an earlier try of this transaction, which did not commit
+        if not again:
+            self._void_early()  # an earlier try of this transaction, which did not commit
+            self._hold_end = None
         fresh = done.results()
         # Nor a job whose stored function this process has not read yet (a read after the commit).
         have = self.store.functions.has_all
@@ -308,18 +312,35 @@ class TickCommit:
         if not ready:
             return []
         self._supervisor.dispatch_early([(job, {ref: fresh[ref] for ref in job.refs or ()}) for job in ready])
-        self._early = ready
-        budget = self.pace.hold_budget() if self._may_hold and not len(self._queue) else 0.0
-        if budget <= 0.0:
+        self._early += ready
+        until = self._hold_until()
+        if until is None:
             return []
         started = time.monotonic()
-        late = self._supervisor.await_early({(job.job_id, job.attempt) for job in ready}, started + budget)
-        self._held_for = time.monotonic() - started
+        late = self._supervisor.await_early({(job.job_id, job.attempt) for job in ready}, until)
+        self._held_for += time.monotonic() - started
         for report in late:
             if report.refused:
                 self._cannot_run(report)
-        self._late = late
+        self._late += late
         return late
+
+    def _hold_until(self) -> float | None:
+        """Until when (monotonic) the transaction under way waits for the jobs it just handed out; None: it does not.
+
+        Each wait lasts at most what a transaction takes (:meth:`Pace.hold_budget`),
+        and all of one transaction's together at most :attr:`Pace.hold_max`.
+        Never while submits wait, nor in an idle tick's claim.
+        """
+        if not self._may_hold or len(self._queue):
+            return None
+        budget = self.pace.hold_budget()
+        if budget <= 0.0:
+            return None
+        now = time.monotonic()
+        if self._hold_end is None:
+            self._hold_end = now + self.pace.hold_max
+        return min(now + budget, self._hold_end) if now < self._hold_end else None
 
     def _void_early(self) -> None:
         """The transaction that claimed the jobs handed out early did not commit: stop them, report nothing."""

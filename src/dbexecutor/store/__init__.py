@@ -397,7 +397,7 @@ class Store:
         *,
         probe: bool = True,
         scope: Scope = DEFAULT_SCOPE,
-        before_commit: Callable[[list[Claimed], Finished], Sequence[Report]] | None = None,
+        before_commit: tick.BeforeCommit | None = None,
     ) -> list[Claimed]:
         """Lease up to ``limit`` ready jobs of ``scope`` in one transaction: fair share over groups, then priority, then age.
 
@@ -418,7 +418,7 @@ class Store:
             # Work is there: the probe saw it, or the caller knows of it.
             got, drained = claim.claim(self.ctx, conn, owner, limit, ttl, now, scope, likely=True)
             if before_commit is not None and got:
-                late = before_commit(got, Finished())
+                late = before_commit(got, Finished(), False)
                 assert not late, "a claim records no reports: they would finish no future"
             return got, drained
 
@@ -442,7 +442,7 @@ class Store:
         scope: Scope = DEFAULT_SCOPE,
         *,
         look: bool = True,
-        before_commit: Callable[[list[Claimed], Finished], Sequence[Report]] | None = None,
+        before_commit: tick.BeforeCommit | None = None,
         unsure: bool = False,
     ) -> tuple[list[Submitted], Finished, list[Claimed]]:
         """One scheduler tick in one commit: insert ``new`` jobs, record how attempts ended, then claim.
@@ -468,8 +468,9 @@ class Store:
         the transaction is tried again, and the commit may still fail: the
         caller must be able to take back what it did with them. It returns
         the reports of those jobs that already ended (it may wait a moment
-        for them): they are recorded by this transaction, and what they
-        changed is in the ``Finished`` returned (:func:`tick.record_late`).
+        for them): they are recorded by this transaction, what they changed
+        is in the ``Finished`` returned, and the jobs they made runnable are
+        leased and handed to it again (:func:`tick.record_late`).
 
         ``unsure``: these reports were sent before, in a tick whose ``COMMIT``
         failed, and may have been recorded (the answer lost with the

@@ -12,6 +12,9 @@
                 else  finish (done / retried / failed, dependents)
     claim:      what went in leased, or what the pipeline leased, or a claim,
                 unless nothing can be runnable (``look=False`` and nothing changed)
+    late:       the claimed jobs handed to children before the COMMIT that ended
+                while it waited: recorded, and what they released leased, again
+                and again while they keep ending in time (``record_late``)
 
 The facade (``Store.finish_and_claim``) opens the transaction, checks for a
 lost ``COMMIT`` answer (``landed.tick``) and keeps the scheduler's hints
@@ -32,7 +35,12 @@ from . import claim, finish, submit
 from .context import Context
 from .sql import Scope
 
-__all__ = ["Tick", "may_lease_new", "record_late", "tick"]
+__all__ = ["BeforeCommit", "Tick", "may_lease_new", "record_late", "tick"]
+
+
+#: What a transaction calls before its ``COMMIT`` with the jobs it claimed: ``(jobs, done, again)`` -> the
+#: reports of those that already ended (see :func:`record_late`).
+BeforeCommit = Callable[[list[Claimed], Finished, bool], Sequence[Report]]
 
 
 class Tick(NamedTuple):
@@ -42,7 +50,7 @@ class Tick(NamedTuple):
     inserted: list[Submitted]
     #: How the reports ended (finals, released dependents, retries, refusals).
     done: Finished
-    #: What it leased: new rows that went in leased, or claimed ones.
+    #: What it leased: new rows that went in leased, or claimed ones; then those the late reports made runnable.
     claimed: list[Claimed]
     #: The groups it wrote (for ``submit.groups_done`` once committed).
     groups: dict[str, int | None]
@@ -77,7 +85,7 @@ def tick(
     lease_new: bool,
     look: bool,
     unsure: bool,
-    before_commit: Callable[[list[Claimed], Finished], Sequence[Report]] | None,
+    before_commit: BeforeCommit | None,
 ) -> Tick:
     """The tick's statements (see the module and ``Store.finish_and_claim`` for the arguments).
 
@@ -129,34 +137,77 @@ def tick(
         claimed, drained = claim.claim(ctx, conn, owner, limit, ttl, now, scope, likely=likely)
     elif new or made_runnable:
         drained = False  # not looked, and there may be runnable rows now
-    late = record_late(ctx, conn, claimed, done, before_commit)
+    more, late = record_late(ctx, conn, owner, ttl, scope, claimed, done, before_commit)
+    claimed += more
     if late and (done.released or done.retried or done.refused):
-        drained = False  # perhaps the late reports made work runnable, after the look
+        drained = False  # perhaps the late reports made work runnable, after the last look
     # New rows this transaction claimed itself are nobody else's news.
     submit.notify_changes(ctx, conn, new, inserted, now, done, taken={c.job_id for c in claimed})
     return Tick(inserted, done, claimed, groups, drained, late)
 
 
+
 def record_late(
     ctx: Context,
     conn: Connection,
+    owner: str,
+    ttl: float,
+    scope: Scope,
     claimed: list[Claimed],
     done: Finished,
-    before_commit: Callable[[list[Claimed], Finished], Sequence[Report]] | None,
-) -> list[Report]:
+    before_commit: BeforeCommit | None,
+) -> tuple[list[Claimed], list[Report]]:
     """Hand ``claimed`` to ``before_commit``, after the transaction's last statement; record in it the reports it returns.
 
-    ``before_commit`` starts jobs before the ``COMMIT`` that leases them,
-    and may wait a moment for them: a job that ends in less time than a
-    transaction takes is then recorded by the transaction that leased it,
-    one ``COMMIT`` (and one transaction) fewer. What those reports changed
-    is added to ``done``; they are returned, to be found again if the
-    ``COMMIT`` does not answer (:func:`landed.tick`).
+    ``before_commit(jobs, done, again)`` starts jobs before the ``COMMIT``
+    that leases them, and may wait a moment for them: a job that ends in
+    less time than a transaction takes is then recorded by the transaction
+    that leased it, one ``COMMIT`` (and one transaction) fewer. The
+    dependents their finish released are leased in the same transaction
+    and handed to ``before_commit`` again (``again=True``), and so on, for
+    as long as it returns reports: a chain of short jobs goes through
+    several links per ``COMMIT``. What the reports changed is added to
+    ``done``. Returns the jobs leased here and the reports recorded, to be
+    found again if the ``COMMIT`` does not answer (:func:`landed.tick`).
     """
     if before_commit is None or not claimed:
+        return [], []
+    more: list[Claimed] = []
+    late: list[Report] = []
+    batch = claimed
+    again = False
+    while batch:
+        ended = list(before_commit(batch, done, again))
+        if not ended:
+            break
+        late += ended
+        batch = _finish_late(ctx, conn, owner, ttl, scope, ended, done)
+        more += batch
+        again = True
+    return more, late
+
+
+def _finish_late(
+    ctx: Context, conn: Connection, owner: str, ttl: float, scope: Scope, reports: list[Report], done: Finished
+) -> list[Claimed]:
+    """Record ``reports`` (jobs this transaction leased, ended before its ``COMMIT``) into ``done``; lease what they made runnable.
+
+    Only as many jobs as ended: their children are free again. Leased as
+    a tick leases after its finish (see :func:`tick`).
+    """
+    now = ctx.clock.now()  # the jobs ended after the transaction's ``now``
+    limit = len(reports)
+    ahead: list[Claimed] | None = None
+    if finish.pipelinable(ctx, reports):
+        lease = claim.lease_ahead(ctx, owner, limit, ttl, now, scope) if ctx.dependents_likely else None
+        part, leased = finish.finish_pipelined(ctx, conn, reports, now, lease)
+        ahead = leased_from(leased) if leased is not None else None
+    else:
+        part = finish.finish(ctx, conn, reports, now)
+    done.add(part)
+    if ahead:
+        return ahead
+    if not (part.released or part.retried or part.refused):
         return []
-    late = list(before_commit(claimed, done))
-    if late:
-        # Their own time: the jobs ended after the transaction's ``now``.
-        done.add(finish.finish(ctx, conn, late, ctx.clock.now()))
-    return late
+    got, _ = claim.claim(ctx, conn, owner, limit, ttl, now, scope, likely=ahead is None)
+    return got
