@@ -146,7 +146,6 @@ def tick(
     return Tick(inserted, done, claimed, groups, drained, late)
 
 
-
 def record_late(
     ctx: Context,
     conn: Connection,
