@@ -51,7 +51,7 @@ from .flags import ExecutorFlags
 from .intransaction import CallerTransaction, never_stored
 from .messages import DatabaseAddress
 from .future import JobFuture
-from .pace import Pace
+from .pace import HOLD_MAX_ONE_WRITER, Pace
 from .pool import warm_up
 from .registry import Registry
 from .readmodels import JobProgress
@@ -158,8 +158,9 @@ class Scheduler:
             doorbell.hello(store.sender, exclude=self.owner)  # registered: the others ring us from their next change
         #: Shutdown and broken flags.
         self.flags = ExecutorFlags()
-        #: Run-time and transaction-time averages (public so tests can pin them).
-        self.pace = Pace()
+        #: Run-time and transaction-time averages (public so tests can pin them). Where one
+        #: writer holds the whole database back, a transaction waits less for its jobs.
+        self.pace = Pace(hold_max=HOLD_MAX_ONE_WRITER) if store.driver.single_writer else Pace()
         #: Jobs started, attempts ended, claim latency, rescues (exported by ``worker --metrics-port``).
         self.stats = SchedulerStats()
         self._wakeup = Wakeup()
