@@ -1,7 +1,8 @@
 """Where tests reach into an executor: its scheduler, whose public seams they drive.
 
 The scheduler offers ``hold_writes()`` (queued submits stay queued until the
-block ends), ``pace`` (run-time and transaction-time averages a test can pin)
+block ends), ``pace`` (run-time and transaction-time averages a test can pin:
+``pin_pace``)
 and ``is_alive()`` / ``join()`` (its thread); ``slow_lease_renewal`` and
 ``slow_ticks`` slow one step of its tick. This is the one place that
 knows where an executor keeps it.
@@ -18,6 +19,14 @@ from dbexecutor.scheduler import Scheduler
 def scheduler_of(ex: DBExecutor) -> Scheduler:
     """The scheduler behind ``ex``."""
     return ex._scheduler
+
+
+def pin_pace(ex: DBExecutor, **fields: float) -> None:
+    """Pin fields of ``ex``'s scheduler's :class:`~dbexecutor.pace.Pace` (``tick_cost=30.0``: as if a transaction took 30 s)."""
+    pace = scheduler_of(ex).pace
+    for name, value in fields.items():
+        assert hasattr(pace, name), name
+        setattr(pace, name, value)
 
 
 def slow_lease_renewal(ex: DBExecutor, seconds: float) -> None:

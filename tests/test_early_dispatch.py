@@ -35,7 +35,7 @@ import jobs
 import txn_jobs
 from dbexecutor.messages import Committed
 from dbexecutor.store import Store
-from seams import scheduler_of
+from seams import pin_pace
 from test_job_transactions import _values, items  # noqa: F401 - items is a fixture
 
 T = 60
@@ -256,8 +256,7 @@ def _hold(ex: Any) -> None:
     """Warm ``ex`` up (short jobs seen) and let its transactions wait up to 30 s for the jobs they start early."""
     for i in range(5):
         assert ex.submit(jobs.identity, i).result(timeout=T) == i
-    pace = scheduler_of(ex).pace
-    pace.tick_cost = pace.hold_max = 30.0
+    pin_pace(ex, tick_cost=30.0, hold_max=30.0)
 
 
 @pytest.mark.timeout(T)

@@ -17,7 +17,7 @@ import pytest
 import jobs
 from dbexecutor import DBExecutor
 from dbexecutor.pace import HOLD_MAX_ONE_WRITER, Pace
-from seams import scheduler_of, slow_lease_renewal
+from seams import pin_pace, scheduler_of, slow_lease_renewal
 
 
 def _record_ticks(ex: DBExecutor) -> list[tuple[int, int]]:
@@ -78,8 +78,7 @@ def test_short_jobs_are_prefetched_and_their_results_recorded_in_few_transaction
 
 def _pin_linger(ex: DBExecutor) -> None:
     # As if a transaction took 30 s, and a tick may wait that long: wait for any short job.
-    pace = scheduler_of(ex).pace
-    pace.tick_cost = pace.linger_max = 30.0
+    pin_pace(ex, tick_cost=30.0, linger_max=30.0)
 
 
 def test_results_of_short_jobs_are_recorded_together(db):
@@ -99,8 +98,7 @@ def test_results_of_short_jobs_are_recorded_together(db):
 
 def _pin_hold(ex: DBExecutor) -> None:
     # As if a transaction took 30 s, and may stay open that long: it waits for any job it started early.
-    pace = scheduler_of(ex).pace
-    pace.tick_cost = pace.hold_max = 30.0
+    pin_pace(ex, tick_cost=30.0, hold_max=30.0)
 
 
 def test_a_job_that_ends_before_its_lease_commits_is_recorded_by_that_commit(db):
