@@ -6,8 +6,8 @@ last statement and before its ``COMMIT`` (``Store.finish_and_claim``'s
 If the commit then fails, the leases never existed (the rows went back, or
 were never inserted) and the next claim may hand out the same token again:
 the children running those attempts are killed and nothing they report is
-recorded. Only jobs whose arguments need no read go early, one per idle
-child. A job that opens a transaction (``dbexecutor.transaction()``)
+recorded. Only jobs whose arguments need no read go early, to idle
+children only, each as many as it may hold. A job that opens a transaction (``dbexecutor.transaction()``)
 begins it only once the parent says the lease committed: its child asks
 (``AwaitCommit``), holding no lock, and the parent answers (``Committed``)
 once the commit is done; before that, its fenced completion would find the
@@ -35,7 +35,8 @@ import jobs
 import txn_jobs
 from dbexecutor.messages import Committed
 from dbexecutor.store import Store
-from seams import pin_pace
+from dbexecutor.supervisor import Supervisor
+from seams import pin_pace, scheduler_of
 from test_job_transactions import _values, items  # noqa: F401 - items is a fixture
 
 T = 60
@@ -156,6 +157,40 @@ def test_a_released_dependent_whose_claim_did_not_commit_is_killed_and_runs_agai
     assert commits.fail == 0, "the claiming commit was never failed"
     assert [a.outcome for a in db.attempts(up.job_id)] == ["ok"]
     _check_runs(path, db.attempts(dep.job_id))
+
+
+@pytest.mark.timeout(T)
+def test_jobs_queued_early_on_a_child_whose_lease_did_not_commit_are_not_given_back(db, commits, tmp_path, monkeypatch):
+    # While jobs are short each idle child takes several before the COMMIT;
+    # when it fails, the child running the first is killed and the others it
+    # held were never leased. Giving them back (as a dead child's queued jobs
+    # are) would be a transaction each for nothing, and on SQLite, which
+    # hands out the same ids and attempts again, could release the leases
+    # the transaction's next try takes.
+    ex = db.executor(2)
+    assert list(ex.map(jobs.identity, range(50))) == list(range(50))  # short jobs seen: deep prefetch
+    assert scheduler_of(ex).pace.depth() >= 2
+    early: list[int] = []
+    real_early = Supervisor.dispatch_early
+    monkeypatch.setattr(Supervisor, "dispatch_early", lambda self, js: (early.append(len(js)), real_early(self, js))[1])
+    released: list[tuple[int, int]] = []
+    real_release = Store.release
+    monkeypatch.setattr(Store, "release", lambda self, j, a: (released.append((j, a)), real_release(self, j, a))[1])
+    commits.function, commits.fail = "record_start_end", 1
+    paths = [str(tmp_path / f"runs{i}") for i in range(4)]
+    with scheduler_of(ex).hold_writes():  # the four go in together, and are leased together
+        futs = [ex.submit(jobs.record_start_end, path, i, 0.5) for i, path in enumerate(paths)]
+    assert [f.result(timeout=T) for f in futs] == [0, 1, 2, 3]
+    assert commits.fail == 0, "the claiming commit was never failed"
+    assert early and early[0] == 4, early  # two for each idle child
+    assert released == []
+    for f, path in zip(futs, paths):
+        lines = _lines(path)
+        ends = [line for line in lines if line.startswith("end:")]
+        assert len(ends) == 1, lines  # a run handed out before the failed commit never ended
+        [attempt] = db.attempts(f.job_id)
+        assert (attempt.attempt, attempt.outcome) == (1, "ok")
+        assert db.row(f.job_id).state == "done"
 
 
 @pytest.mark.timeout(T)

@@ -138,6 +138,20 @@ def test_a_chain_of_short_jobs_goes_through_several_links_per_commit(db):
         assert [a.outcome for a in db.attempts(f.job_id)] == ["ok"]
 
 
+def test_a_short_map_is_run_and_recorded_by_the_transaction_that_writes_it(db):
+    # Each idle child is handed as many of the new rows as it may hold
+    # (several, while jobs are short) before the COMMIT, and the transaction
+    # records them all: with one job per idle child it recorded two, and the
+    # rest waited for the COMMIT and a second transaction.
+    ex = db.executor(2)
+    _warm(ex)
+    assert scheduler_of(ex).pace.depth() >= 20
+    _pin_hold(ex)
+    ticks = _record_ticks(ex)
+    assert list(ex.map(jobs.identity, range(40))) == list(range(40))
+    assert ticks[0] == (40, 40), ticks
+
+
 def test_dependents_released_before_a_commit_and_not_leased_by_it_are_claimed_at_once(db):
     # The root ends while its transaction waits and releases three
     # dependents; that transaction leases only as many as ended (one, for

@@ -289,27 +289,34 @@ class Supervisor:
     def _depth(self, c: Child | None) -> int:
         return self._pace.depth(c.tasks if c is not None else 0, self.s.max_tasks_per_child)
 
-    def dispatch(self, jobs: Sequence[tuple[Claimed, dict[int, bytes]]], *, early: bool = False) -> None:
-        """Hand claimed jobs, each with the upstream results it takes, to children: one message per child.
-
-        ``early``: their leases are not committed yet (:meth:`dispatch_early`).
-        """
+    def dispatch(self, jobs: Sequence[tuple[Claimed, dict[int, bytes]]]) -> None:
+        """Hand claimed jobs, each with the upstream results it takes, to children: one message per child."""
         calls: dict[Child, list[Call]] = {}
         for job, inputs in jobs:
+            # Picked once the job before is queued: the next goes to another idle child, or a new one.
             c = self._pick()
-            c.queue.append(Assignment(
-                job.job_id,
-                job.attempt,
-                job.timeout if job.timeout is not None else self.s.timeout,
-                job.retry_delay if job.retry_delay is not None else self.s.retry_delay,
-                job.fn_name,
-                uncommitted=early,
-            ))
-            if len(c.queue) == 1:
-                c.head_started()
-            log.debug("job %d (%s) attempt %d -> child %d", job.job_id, job.fn_name, job.attempt, c.pid)
-            sent = self._functions_for(c, job.payload)
-            calls.setdefault(c, []).append(Call(job.job_id, job.attempt, job.payload, inputs, job.refs or (), early, sent))
+            calls.setdefault(c, []).append(self._assign(c, job, inputs, early=False))
+        self._send(calls)
+
+    def _assign(self, c: Child, job: Claimed, inputs: dict[int, bytes], early: bool) -> Call:
+        """Queue ``job`` on ``c``; the call to send it (``early``: its lease is not committed yet)."""
+        c.queue.append(Assignment(
+            job.job_id,
+            job.attempt,
+            job.timeout if job.timeout is not None else self.s.timeout,
+            job.retry_delay if job.retry_delay is not None else self.s.retry_delay,
+            job.fn_name,
+            uncommitted=early,
+        ))
+        if len(c.queue) == 1:
+            c.head_started()
+        log.debug("job %d (%s) attempt %d -> child %d", job.job_id, job.fn_name, job.attempt, c.pid)
+        sent = self._functions_for(c, job.payload)
+        return Call(job.job_id, job.attempt, job.payload, inputs, job.refs or (), early, sent)
+
+    @staticmethod
+    def _send(calls: dict[Child, list[Call]]) -> None:
+        """One message per child."""
         for c, batch in calls.items():
             try:
                 c.conn.send(batch[0] if len(batch) == 1 else Calls(tuple(batch)))
@@ -327,18 +334,31 @@ class Supervisor:
                 out.append((digest, data))
         return tuple(out)
 
-    def idle_children(self) -> int:
-        """How many started children hold no job: what a dispatch before the commit may use (one job each)."""
-        return sum(1 for c in self._children if not c.queue)
+    def early_room(self) -> int:
+        """How many jobs a dispatch before the commit may hand out: as many as the idle children may hold."""
+        return sum(self._depth(c) for c in self._children if not c.queue)
 
     def dispatch_early(self, jobs: Sequence[tuple[Claimed, dict[int, bytes]]]) -> None:
-        """Hand each job to an idle child while the transaction that leased it is still committing.
+        """Hand jobs to idle children while the transaction that leased them is still committing.
 
-        One job per idle child, so that a job voided by a failed commit
-        (:meth:`void`) is the only thing its child holds.
+        Only to children that hold nothing else, each at most as many as it
+        may hold (:meth:`early_room`), in turn so that they start on the
+        first jobs together: a failed commit (:meth:`void`) then kills
+        children that hold only jobs whose leases never existed.
         """
-        assert len(jobs) <= self.idle_children(), "an early dispatch goes to idle children only"
-        self.dispatch(jobs, early=True)
+        idle = [c for c in self._children if not c.queue]
+        room = {c: self._depth(c) for c in idle}
+        assert len(jobs) <= sum(room.values()), "an early dispatch goes to idle children only"
+        calls: dict[Child, list[Call]] = {}
+        turn = 0
+        for job, inputs in jobs:
+            while not room[idle[turn % len(idle)]]:
+                turn += 1
+            c = idle[turn % len(idle)]
+            room[c] -= 1
+            calls.setdefault(c, []).append(self._assign(c, job, inputs, early=True))
+            turn += 1
+        self._send(calls)
 
     def await_early(self, leases: set[tuple[int, int]], until: float) -> list[Report]:
         """Wait, until the monotonic time ``until``, for the children running these early calls to end them; their reports.
@@ -421,7 +441,8 @@ class Supervisor:
                 "killing the child (the job is claimed again)", head.job_id, head.attempt, c.pid,
             )
             self._remove(c)
-            self._release(list(c.queue)[1:])
+            # Its other jobs were handed out by the same transaction: their leases never existed either.
+            self._release([a for a in list(c.queue)[1:] if a.lease not in leases])
             self._kills.void(c)
 
     def _pick(self) -> Child:

@@ -286,9 +286,11 @@ class TickCommit:
         The children start on them while the commit is written (a flush to
         disk on every database: 0.2-0.5 ms here), instead of after it. Only
         jobs whose arguments need no read (no upstream results, or results
-        this transaction recorded) go early, one per idle child; the rest
-        are dispatched after the commit, as before. If the commit fails,
-        :meth:`_void_early` kills those children: the leases never existed.
+        this transaction recorded) go early, to idle children only, each as
+        many as it may hold (several while jobs are short: a short ``map``
+        runs whole before its rows commit); the rest are dispatched after the
+        commit. If the commit fails, :meth:`_void_early` kills those
+        children: the leases never existed.
 
         When recent jobs ran in less time than a transaction takes, a tick's
         transaction (not an idle tick's claim, :meth:`Store.claim`, which
@@ -308,7 +310,7 @@ class TickCommit:
         ready = [
             job for job in claimed if job.refs is not None and all(ref in fresh for ref in job.refs) and have([job.payload])
         ]
-        ready = ready[: self._supervisor.idle_children()]
+        ready = ready[: self._supervisor.early_room()]
         if not ready:
             return []
         self._supervisor.dispatch_early([(job, {ref: fresh[ref] for ref in job.refs or ()}) for job in ready])
