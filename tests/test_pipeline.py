@@ -163,7 +163,7 @@ def test_a_link_leases_the_next_one_in_its_tick(store, monkeypatch):
     store.ctx.dependents_likely = True  # as after a chain's first link
     sent: list[int] = []
     pipelined = store.driver.pipelined
-    monkeypatch.setattr(store.driver, "pipelined", lambda conn, batch: sent.append(len(batch)) or pipelined(conn, batch))
+    monkeypatch.setattr(store.driver, "pipelined", lambda conn, batch, **kw: sent.append(len(batch)) or pipelined(conn, batch, **kw))
     _, done, claimed = store.finish_and_claim(
         [Report(c.job_id, c.attempt, True, b"r1", "ok", ended_at=now)], "owner-1", 1, 30.0, now + 0.1
     )
@@ -177,6 +177,37 @@ def test_a_link_leases_the_next_one_in_its_tick(store, monkeypatch):
         row = conn.execute(select(j.c.state, j.c.lease_owner, j.c.open_deps).where(j.c.id == second.job_id)).one()
         conn.rollback()
     assert tuple(row) == (schema.LEASED, "owner-1", 0)
+
+
+def test_a_burst_looks_for_other_work_and_draws_its_ids_in_one_round_trip(store, monkeypatch):
+    """A tick's burst of new jobs: the look whether anything else is runnable goes with the ids' draw (PostgreSQL).
+
+    Before, the look was a statement of its own (and psycopg's ``BEGIN``
+    before it another round trip), then the ids, then the insert. The rows
+    still get ascending ids in submission order, and go in leased when
+    nothing else is runnable, as before; where ids are not drawn from a
+    sequence nothing is drawn ahead.
+    """
+    now = time.time()
+    sent: list[int] = []
+    pipelined = store.driver.pipelined
+    monkeypatch.setattr(store.driver, "pipelined", lambda conn, batch, **kw: sent.append(len(batch)) or pipelined(conn, batch, **kw))
+    burst = [NewJob("tests.f", str(i).encode(), ()) for i in range(5)]
+    inserted, _, claimed = store.finish_and_claim([], "owner-1", 3, 30.0, now, burst)
+    ids = [r.job_id for r in inserted]
+    assert ids == sorted(ids) and len(set(ids)) == 5
+    assert [c.job_id for c in claimed] == ids[:3]  # leased on insert: nothing else was runnable
+    # The look and the ids together; a sequence's ids drawn ahead are not drawn again.
+    assert sent[:1] == ([2] if store.driver.pipelines else [1])
+    j = store.tables.jobs
+    with store.engine.connect() as conn:
+        rows = conn.execute(select(j.c.id, j.c.payload, j.c.state).where(j.c.id.in_(ids)).order_by(j.c.id)).all()
+        conn.rollback()
+    assert [(bytes(p), st) for _, p, st in rows] == [(str(i).encode(), schema.LEASED if i < 3 else schema.READY) for i in range(5)]
+    # Another burst while two of those are runnable: the rows go in ready, after them; the claim takes the oldest first.
+    more, _, got = store.finish_and_claim([], "owner-1", 3, 30.0, now, [NewJob("tests.f", b"x", ()) for _ in range(2)])
+    assert [r.state for r in more] == [schema.READY] * 2 and min(r.job_id for r in more) > max(ids)
+    assert [c.job_id for c in got] == [*ids[3:], more[0].job_id]
 
 
 def test_when_the_lease_sent_ahead_takes_nothing_the_claim_still_runs(store):
@@ -204,7 +235,7 @@ def test_a_finish_of_jobs_without_dependents_goes_with_the_read_of_its_edges(sto
     assert not store.ctx.dependents_likely
     sent: list[int] = []
     pipelined = store.driver.pipelined
-    monkeypatch.setattr(store.driver, "pipelined", lambda conn, batch: sent.append(len(batch)) or pipelined(conn, batch))
+    monkeypatch.setattr(store.driver, "pipelined", lambda conn, batch, **kw: sent.append(len(batch)) or pipelined(conn, batch, **kw))
     _, done, claimed = store.finish_and_claim(
         [Report(c.job_id, c.attempt, True, b"r1", "ok", ended_at=now)], "owner-1", 1, 30.0, now + 0.1, look=False
     )

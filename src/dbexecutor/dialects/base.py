@@ -301,13 +301,17 @@ class Driver:
 
     # -- running statements -----------------------------------------------------------------------
 
-    def pipelined(self, conn: Connection, batch: Sequence[tuple[Any, dict[str, Any]]]) -> list[Rows]:
+    def pipelined(self, conn: Connection, batch: Sequence[tuple[Any, dict[str, Any]]], *, many: bool = False) -> list[Rows]:
         """Run each ``(statement, parameters)`` of ``batch`` in order, in the caller's transaction; their rows.
 
         No statement may need another's result to be written. The base form
         runs them one after another; where :attr:`pipelines`, they are sent
-        together and the database's answers read once.
+        together and the database's answers read once. ``many``: they look
+        up many ids (:meth:`plan_for_many` first, in the same round trip where
+        the database pipelines).
         """
+        if many:
+            self.plan_for_many(conn)
         out: list[Rows] = []
         for stmt, params in batch:
             result = conn.execute(stmt, params)
@@ -350,6 +354,16 @@ class Driver:
         statement: each knows its upstream's id before anything is inserted.
         """
         raise NotImplementedError(f"{self.label} does not hand out ids before the insert")
+
+    def run_reserving(self, conn: Connection, stmt: Any, params: dict[str, Any], table: Table, n: int) -> Rows:
+        """Run ``stmt``; its rows. Where ids come from a sequence, also draw ``n`` of ``table``'s in the same round trip.
+
+        They are what :meth:`reserve_ids` hands out next on this connection
+        if it is asked for ``n``: a burst of new jobs looks whether anything
+        else is runnable and reserves its ids at once. Elsewhere (ids counted
+        under the transaction's write lock) nothing is reserved ahead.
+        """
+        return self.pipelined(conn, [(stmt, params)])[0]
 
     def _insert_one(self, conn: Connection, table: Table, row: dict[str, Any]) -> int:
         # One statement object per table: SQLAlchemy keeps its cache key on it (a new

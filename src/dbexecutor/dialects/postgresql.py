@@ -44,6 +44,7 @@ __all__ = ["PostgreSQLDriver"]
 
 # Built once: a text() built per call costs its parse and a compile-cache key (30-50 us here), per tick.
 _NOTIFY = text("SELECT pg_notify(:c, :p)")
+_JIT_OFF = text("SET LOCAL jit = off")
 _NEXTVALS = text("SELECT nextval(CAST(:s AS regclass)) FROM generate_series(1, :n)")
 _ADVISORY_LOCK = text("SELECT pg_advisory_xact_lock(:k)")
 # The attempt rows' columns the finish statement takes as arrays (outcome_lost: the outcome if the lease was lost).
@@ -182,7 +183,7 @@ class PostgreSQLDriver(Driver):
         # LOCAL ends with the transaction, so a pooled server connection
         # (PgBouncer in transaction mode) goes back to the next client as
         # it came; it costs a round trip, paid only for such batches.
-        conn.exec_driver_sql("SET LOCAL jit = off")
+        conn.execute(_JIT_OFF)
 
     def _edges_by_upstream(self, deps: Table, ids: str | ColumnElement[Any], *columns: Any) -> Select[Any]:
         """``columns`` of the edges out of the ids bound as ``ids`` (or that array): one index lookup per upstream id.
@@ -338,13 +339,35 @@ class PostgreSQLDriver(Driver):
         return self._derived(("insert_one", table.name, columns, notifying), build)
 
     def reserve_ids(self, conn: Connection, table: Table, n: int) -> list[int]:
-        """``n`` values of the ``id`` column's sequence in one round trip, sorted (rows inserted with them keep their order)."""
+        """``n`` values of the ``id`` column's sequence in one round trip, sorted (rows inserted with them keep their order).
+
+        The ids :meth:`run_reserving` reserved on this connection, if it reserved ``n``.
+        """
+        ahead = conn.info.pop(("dbexecutor.ids", table.name), None)
+        if ahead is not None and len(ahead) == n:
+            return cast(list[int], ahead)
+        # A batch of one: a tick of new rows begins with it (pipelined: the BEGIN goes with it).
+        return self._ids(self.pipelined(conn, [self._nextvals(conn, table, n)])[0])
+
+    def run_reserving(self, conn: Connection, stmt: Any, params: dict[str, Any], table: Table, n: int) -> Rows:
+        # Pipelined with the statement (and the BEGIN, when it opens the transaction): a burst's
+        # look and its ids are one round trip, not three. A sequence's values stay unique
+        # whatever becomes of this transaction, so the ids may serve any later insert.
+        rows, ids = self.pipelined(conn, [(stmt, params), self._nextvals(conn, table, n)])
+        conn.info[("dbexecutor.ids", table.name)] = self._ids(ids)
+        return rows
+
+    def _nextvals(self, conn: Connection, table: Table, n: int) -> tuple[Any, dict[str, Any]]:
+        """The statement (and its parameters) that draws ``n`` values of ``table``'s id sequence."""
         seq = self._sequences.get(table.name)
         if seq is None:
             seq = conn.execute(text("SELECT pg_get_serial_sequence(:t, 'id')"), {"t": table.name}).scalar_one()
             self._sequences[table.name] = seq
-        # A batch of one: a tick of new rows begins with it (pipelined: the BEGIN goes with it).
-        return sorted(int(i) for (i,) in self.pipelined(conn, [(_NEXTVALS, {"s": seq, "n": n})])[0].rows)
+        return _NEXTVALS, {"s": seq, "n": n}
+
+    @staticmethod
+    def _ids(rows: Rows) -> list[int]:
+        return sorted(int(i) for (i,) in rows.rows)
 
     def finish_recording(
         self,
@@ -388,7 +411,7 @@ class PostgreSQLDriver(Driver):
         params.update({f"b{i}": [row[c] for row in attempts] for i, c in enumerate(_ATTEMPT_ARRAYS)})
         return stmt, params
 
-    def pipelined(self, conn: Connection, batch: Sequence[tuple[Any, dict[str, Any]]]) -> list[Rows]:
+    def pipelined(self, conn: Connection, batch: Sequence[tuple[Any, dict[str, Any]]], *, many: bool = False) -> list[Rows]:
         # psycopg's pipeline mode (pg_pipeline): the statements, and the BEGIN
         # before them if they open the transaction, go out together and the
         # answers are read at one sync, so the wait for the server is paid
@@ -398,10 +421,15 @@ class PostgreSQLDriver(Driver):
         # is 0.1-0.4 ms.
         raw = cast(Any, conn.connection.dbapi_connection)
         if not pg_pipeline.supported():
-            return super().pipelined(conn, batch)  # libpq before 14
+            return super().pipelined(conn, batch, many=many)  # libpq before 14
+        if many:
+            # plan_for_many's SET LOCAL goes in the pipeline too: on its own it
+            # was a round trip, and one more for the BEGIN it opened.
+            batch = [(_JIT_OFF, {}), *batch]
         # One statement with nothing to send with it (no BEGIN) goes out on its own, still
         # past SQLAlchemy's execution: a durable submit took 45 us of CPU less here (401 -> 356).
-        return pg_pipeline.send(conn, raw, [(self._compiled(conn, stmt), params) for stmt, params in batch])
+        out = pg_pipeline.send(conn, raw, [(self._compiled(conn, stmt), params) for stmt, params in batch])
+        return out[1:] if many else out
 
     def _compiled(self, conn: Connection, stmt: Any) -> tuple[str, Any]:
         """``stmt`` compiled for this dialect, once: its text and the compiled form that fills in its parameters."""

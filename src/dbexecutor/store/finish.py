@@ -181,9 +181,7 @@ def finish_pipelined(
     batch.append((ctx.sql.count_down_finished if counted else ctx.sql.edges_out_finished, won_pairs))
     if counted and then is not None:
         batch.append(then)
-    if len(reports) >= dag.MANY_IDS:
-        ctx.driver.plan_for_many(conn)
-    answers = ctx.driver.pipelined(conn, batch)
+    answers = ctx.driver.pipelined(conn, batch, many=len(reports) >= dag.MANY_IDS)
     won = {int(r[0]) for r in answers[0].rows}
     out = Finished()
     out.finals = [Final(r.job_id, schema.DONE, r.blob) for r in reports if r.job_id in won]

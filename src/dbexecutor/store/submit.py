@@ -389,9 +389,16 @@ def _mark_leased(jobs: Sequence[NewJob], rows: list[dict[str, Any]], now: float,
         )
 
 
-def nothing_runnable(ctx: Context, conn: Connection, group: str, now: float, scope: Scope) -> bool:
-    """Whether new runnable jobs of ``group`` would be the claim's only choice (nothing else runnable in the scope, no limit)."""
+def nothing_runnable(ctx: Context, conn: Connection, group: str, now: float, scope: Scope, ids_for: int = 0) -> bool:
+    """Whether new runnable jobs of ``group`` would be the claim's only choice (nothing else runnable in the scope, no limit).
+
+    ``ids_for``: the number of rows about to be inserted, whose ids are
+    drawn in the same round trip where they come from a sequence.
+    """
     params = {"p_group": group, "p_now": now, **scope.params()}
+    if ids_for:
+        rows = ctx.driver.run_reserving(conn, ctx.sql.free_for(scope.key), params, ctx.tables.jobs, ids_for)
+        return bool(rows.rows[0][0])
     return bool(conn.execute(ctx.sql.free_for(scope.key), params).scalar())
 
 

@@ -102,7 +102,7 @@ def tick(
         groups = submit.ensure_groups(ctx, conn, new)
         if lease_new and len(new) == 1:
             inserted = [submit.insert_leased(ctx, conn, new[0], owner, ttl, now, scope)]
-        elif lease_new and not ctx.backlog and submit.nothing_runnable(ctx, conn, new[0].group, now, scope):
+        elif lease_new and not ctx.backlog and submit.nothing_runnable(ctx, conn, new[0].group, now, scope, ids_for=len(new)):
             inserted = submit.insert_many(ctx, conn, new, now, lease=(owner, ttl, limit))
         else:
             inserted = submit.insert_many(ctx, conn, new, now)
