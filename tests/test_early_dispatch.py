@@ -87,7 +87,7 @@ def commits(monkeypatch: Any) -> Iterator[ClaimingCommits]:
 
     # A tick that writes rows or results claims with them; an idle tick that looks claims alone.
     monkeypatch.setattr(Store, "finish_and_claim", wrapped(Store.finish_and_claim))
-    monkeypatch.setattr(Store, "claim", wrapped(Store.claim))
+    monkeypatch.setattr(Store, "look", wrapped(Store.look))
     event.listen(Engine, "commit", hooks.on_commit)
     try:
         yield hooks
@@ -250,16 +250,16 @@ def test_only_a_job_that_opened_a_transaction_is_told_its_early_lease_committed(
 
 @pytest.fixture
 def idle_claims(monkeypatch: Any) -> list[str]:
-    """The functions of the jobs an idle tick's look claimed (``Store.claim``, not with a finish or a submit)."""
+    """The functions of the jobs an idle tick's look claimed (``Store.look``, not with a finish or a submit)."""
     got: list[str] = []
-    real = Store.claim
+    real = Store.look
 
-    def claim(self: Store, *args: Any, **kwargs: Any) -> Any:
+    def look(self: Store, *args: Any, **kwargs: Any) -> Any:
         out = real(self, *args, **kwargs)
-        got.extend(c.fn_name for c in out)
+        got.extend(c.fn_name for c in out[0])
         return out
 
-    monkeypatch.setattr(Store, "claim", claim)
+    monkeypatch.setattr(Store, "look", look)
     return got
 
 

@@ -170,6 +170,34 @@ def test_dependents_released_before_a_commit_and_not_leased_by_it_are_claimed_at
     assert time.monotonic() - start < 4.0
 
 
+def test_work_from_another_process_is_recorded_by_the_look_that_claims_it(db):
+    # A submit-only executor writes the rows; the runner's idle look claims
+    # each, hands it to an idle child before its COMMIT, waits for it and
+    # records it: one transaction a job, as for its own submits.
+    ex = db.executor(2, poll_interval=0.05)
+    _warm(ex)
+    _pin_hold(ex)
+    looks: list[tuple[int, list[int]]] = []  # (jobs leased, jobs it recorded) of each look that leased some
+    store = ex._store
+    real = store.look
+
+    def look(*args: Any, **kwargs: Any) -> Any:
+        claimed, done = real(*args, **kwargs)
+        if claimed:
+            looks.append((len(claimed), [f.job_id for f in done.finals]))
+        return claimed, done
+
+    store.look = look  # type: ignore[method-assign]
+    ticks = _record_ticks(ex)
+    submitter = db.executor(1, run_jobs=False)
+    for i in range(3):  # one at a time: each claimed by a look of the idle runner
+        fut = submitter.submit(jobs.identity, i)
+        assert fut.result(timeout=30) == i
+        assert looks[-1] == (1, [fut.job_id]), looks
+        assert [a.outcome for a in db.attempts(fut.job_id)] == ["ok"]
+    assert not [r for _, r in ticks if r], ticks  # nothing left for a tick to record
+
+
 def test_where_one_writer_holds_the_database_back_a_transaction_waits_for_its_jobs_at_most_a_millisecond(db):
     # On SQLite a transaction that waits holds every other writer back (another
     # thread's durable submits waited 25 ms at the median beside a chain held

@@ -3,7 +3,7 @@
 ::
 
     SubmitQueue ──take()──┐
-    children's reports ───┼──► Store.finish_and_claim / Store.claim: one transaction
+    children's reports ───┼──► Store.finish_and_claim / Store.look: one transaction
                           │      │  inserts queued rows, records reports, claims for free slots
                           │      ├─ before its COMMIT: jobs that need no read ──► idle children
                           │      │    (voided: killed, if the COMMIT fails)
@@ -169,11 +169,16 @@ class TickCommit:
             self._look(limit)
 
     def _look(self, limit: int) -> None:
-        """An idle tick: claim up to ``limit`` jobs (or probe whether any are runnable), nothing else to write."""
+        """An idle tick: claim up to ``limit`` jobs (or probe whether any are runnable), nothing else to write.
+
+        Like a tick's transaction, it may wait for the jobs it hands out
+        before its ``COMMIT`` and record those that end in time.
+        """
         probe = not self._wakeup.take_work_hint()
         started, wakes = time.monotonic(), self._wakeup.wakes
+        self._may_hold, self._held_for = True, 0.0
         try:
-            claimed = self.store.claim(
+            claimed, done = self.store.look(
                 self.owner, limit, self.s.lease_ttl, self.store.now(), probe=probe, scope=self._scope(),
                 before_commit=self._start_early,
             )
@@ -181,11 +186,21 @@ class TickCommit:
             self._void_early()
             self._leases_unsure = isinstance(error, DBAPIError)
             raise
+        finally:
+            self._may_hold = False
         self._looked(started, wakes)
         if claimed:  # an idle probe is not a claim
             self.stats.claimed(time.monotonic() - started)
             self.stats.started(len(claimed))
+        late, self._late = self._late, []
+        if late:
+            self.pace.tick_recorded(time.monotonic() - started - self._held_for)
+            self.stats.ended(late)
+            if done.released or done.retried or done.refused:
+                self._wakeup.wake(work=True)  # made runnable after this look's claim: claimed at once
+            self._fresh = done.results()
         self._claimed += self._started_early(claimed)
+        self._resolve([], done)
 
     def _commit(self, items: list[Item], rows: list[NewJob], limit: int) -> tuple[list[Submitted], Finished] | None:
         """Insert ``items`` (as ``rows``), record the reports and claim up to ``limit`` jobs; None if rows were refused."""
@@ -292,9 +307,9 @@ class TickCommit:
         commit. If the commit fails, :meth:`_void_early` kills those
         children: the leases never existed.
 
-        When recent jobs ran in less time than a transaction takes, a tick's
-        transaction (not an idle tick's claim, :meth:`Store.claim`, which
-        records nothing) then waits for them a moment (:meth:`_hold_until`):
+        When recent jobs ran in less time than a transaction takes, the
+        transaction (a tick's, or an idle tick's look, :meth:`Store.look`)
+        then waits for them a moment (:meth:`_hold_until`):
         those that end by then are recorded by this same transaction, so
         their futures resolve at its ``COMMIT`` instead of a transaction
         later, and the jobs they made runnable come back here leased
@@ -332,7 +347,7 @@ class TickCommit:
 
         Each wait lasts at most what a transaction takes (:meth:`Pace.hold_budget`),
         and all of one transaction's together at most :attr:`Pace.hold_max`.
-        Never while submits wait, nor in an idle tick's claim.
+        Never while submits wait.
         """
         if not self._may_hold or len(self._queue):
             return None

@@ -397,39 +397,61 @@ class Store:
         *,
         probe: bool = True,
         scope: Scope = DEFAULT_SCOPE,
-        before_commit: tick.BeforeCommit | None = None,
     ) -> list[Claimed]:
         """Lease up to ``limit`` ready jobs of ``scope`` in one transaction: fair share over groups, then priority, then age.
 
         With ``probe``, looks first, without a write lock, whether anything is
         runnable: an idle poll is one indexed read, also on SQLite. Without it
-        (work is known to be there), one round trip less. ``before_commit``:
-        as in :meth:`finish_and_claim`, but nothing is recorded here: it
-        must return no reports (this method returns no finals).
+        (work is known to be there), one round trip less.
+        """
+        return self.look(owner, limit, ttl, now, probe=probe, scope=scope)[0]
+
+    def look(
+        self,
+        owner: str,
+        limit: int,
+        ttl: float,
+        now: float,
+        *,
+        probe: bool = True,
+        scope: Scope = DEFAULT_SCOPE,
+        before_commit: tick.BeforeCommit | None = None,
+    ) -> tuple[list[Claimed], Finished]:
+        """An idle tick's look: :meth:`claim`, and what the jobs it handed out early changed before its ``COMMIT``.
+
+        ``before_commit``: as in :meth:`finish_and_claim`. The jobs it starts
+        that end before this transaction's ``COMMIT`` are recorded by it
+        (and what they made runnable leased in it): a job from another
+        process, or a worker's first job, takes one transaction, not two.
+        Returns what it leased and what the recorded jobs changed.
         """
         if limit <= 0:
-            return []
+            return [], Finished()
         self.drained = False  # until a committed look says otherwise
         if probe and not self.runnable_groups(now, scope):
             self.ctx.backlog = False
             self.drained = True
-            return []
-        def work(conn: Connection) -> tuple[list[Claimed], bool]:
+            return [], Finished()
+        ctx = self.ctx
+
+        Looked = tuple[list[Claimed], bool, Finished, list[Report]]
+
+        def work(conn: Connection) -> Looked:
             # Work is there: the probe saw it, or the caller knows of it.
-            got, drained = claim.claim(self.ctx, conn, owner, limit, ttl, now, scope, likely=True)
-            if before_commit is not None and got:
-                late = before_commit(got, Finished(), False)
-                assert not late, "a claim records no reports: they would finish no future"
-            return got, drained
+            got, drained = claim.claim(ctx, conn, owner, limit, ttl, now, scope, likely=True)
+            done = Finished()
+            more, late = tick.record_late(ctx, conn, owner, ttl, scope, got, done, before_commit)
+            if late and (done.released or done.retried or done.refused):
+                drained = False  # perhaps the late reports made work runnable, after the claim
+            return got + more, drained, done, late
 
-        def made(conn: Connection, out: tuple[list[Claimed], bool] | None) -> tuple[list[Claimed], bool] | None:
-            return out if out is not None and landed.leased(self.ctx, conn, owner, out[0]) else None
+        def made(conn: Connection, out: Looked | None) -> Looked | None:
+            return out if out is not None and landed.tick(ctx, conn, now, owner, [], [], out[0], out[3]) else None
 
-        out: list[Claimed]
-        out, drained = self.transaction(work, landed=made)
-        self.ctx.backlog = len(out) >= limit
+        claimed, drained, done, _ = self.transaction(work, landed=made)
+        ctx.backlog = len(claimed) >= limit
         self.drained = drained
-        return out
+        return claimed, done
 
     def finish_and_claim(
         self,
