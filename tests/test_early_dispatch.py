@@ -34,6 +34,7 @@ from sqlalchemy.exc import OperationalError
 import jobs
 import txn_jobs
 from dbexecutor.messages import Committed
+from dbexecutor.records import Report
 from dbexecutor.store import Store
 from dbexecutor.supervisor import Supervisor
 from seams import pin_pace, scheduler_of
@@ -282,6 +283,25 @@ def test_work_from_another_process_starts_before_its_lease_commits(db, idle_clai
     assert commits.fail == 0, "the claiming commit was never failed"
     assert idle_claims == ["jobs.timed", "jobs.record_start_end"]  # the failed look raised; the next one claimed it
     _check_runs(path, db.attempts(fut.job_id))
+
+
+@pytest.mark.timeout(T)
+def test_what_was_reported_or_given_back_for_a_void_lease_is_dropped(db):
+    # A wait for one round's early jobs reads the reports of an earlier
+    # round's (several jobs a child); a child that died gave its queue back.
+    # If the COMMIT then fails, those leases never existed: nothing of them
+    # may reach the next tick, whose statements SQLite's next try could
+    # match (the same ids and attempts again).
+    ex = db.executor(2, poll_interval=30.0)
+    assert ex.submit(jobs.identity, 0).result(timeout=T) == 0
+    sup = scheduler_of(ex)._supervisor  # an idle loop: it takes nothing before the poll
+    void, kept = (10_001, 1), (10_002, 1)
+    for lease in (void, kept):
+        sup._report(Report(*lease, True, b"", "ok"))
+        sup._releases.append(lease)
+    sup.void({void})
+    assert [(r.job_id, r.attempt) for r in sup.take_reports()] == [kept]
+    assert sup.take_releases() == [kept]
 
 
 # -- a transaction that waits for the jobs it started, and records them ------------------------------

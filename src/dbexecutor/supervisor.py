@@ -430,8 +430,15 @@ class Supervisor:
         Nothing is reported for them: the database never saw these leases, and
         the rows went back to what they were (or were never inserted). The
         kill makes sure an attempt whose token the next claim may hand out
-        again does not finish under it.
+        again does not finish under it; for the same reason, what a child
+        already reported for them, or what a dead child's queue gave back,
+        is dropped (read while the transaction waited for other jobs of it,
+        it would be written by the next tick, where SQLite's next try may
+        have taken the same ids and attempts).
         """
+        with self._lock:
+            self._reports = [r for r in self._reports if (r.job_id, r.attempt) not in leases]
+        self._releases = [lease for lease in self._releases if lease not in leases]
         for c in list(self._children):
             if not (c.queue and c.queue[0].lease in leases):
                 continue
