@@ -58,6 +58,9 @@ from .sql import DEFAULT_SCOPE, Scope, Statements
 
 __all__ = ["Store", "SchemaReport", "masked_url", "worker_name"]
 
+#: What an idle look's transaction returns: its leases, whether it left nothing runnable, what its late reports changed, those reports.
+_Looked = tuple[list[Claimed], bool, Finished, list[Report]]
+
 T = TypeVar("T")
 
 
@@ -434,9 +437,7 @@ class Store:
             return [], Finished()
         ctx = self.ctx
 
-        Looked = tuple[list[Claimed], bool, Finished, list[Report]]
-
-        def work(conn: Connection) -> Looked:
+        def work(conn: Connection) -> _Looked:
             # Work is there: the probe saw it, or the caller knows of it.
             got, drained = claim.claim(ctx, conn, owner, limit, ttl, now, scope, likely=True)
             done = Finished()
@@ -445,7 +446,7 @@ class Store:
                 drained = False  # perhaps the late reports made work runnable, after the claim
             return got + more, drained, done, late
 
-        def made(conn: Connection, out: Looked | None) -> Looked | None:
+        def made(conn: Connection, out: _Looked | None) -> _Looked | None:
             return out if out is not None and landed.tick(ctx, conn, now, owner, [], [], out[0], out[3]) else None
 
         claimed, drained, done, _ = self.transaction(work, landed=made)
