@@ -173,7 +173,9 @@ def test_dependents_released_before_a_commit_and_not_leased_by_it_are_claimed_at
 def test_work_from_another_process_is_recorded_by_the_look_that_claims_it(db):
     # A submit-only executor writes the rows; the runner's idle look claims
     # each, hands it to an idle child before its COMMIT, waits for it and
-    # records it: one transaction a job, as for its own submits.
+    # records it: one transaction a job, as for its own submits. The
+    # submitter hears of each result at that commit (it would poll for it
+    # only every 30 s: a look that recorded without telling took that long).
     ex = db.executor(2, poll_interval=0.05)
     _warm(ex)
     _pin_hold(ex)
@@ -189,10 +191,10 @@ def test_work_from_another_process_is_recorded_by_the_look_that_claims_it(db):
 
     store.look = look  # type: ignore[method-assign]
     ticks = _record_ticks(ex)
-    submitter = db.executor(1, run_jobs=False)
+    submitter = db.executor(1, run_jobs=False, poll_interval=30.0)
     for i in range(3):  # one at a time: each claimed by a look of the idle runner
         fut = submitter.submit(jobs.identity, i)
-        assert fut.result(timeout=30) == i
+        assert fut.result(timeout=10) == i
         assert looks[-1] == (1, [fut.job_id]), looks
         assert [a.outcome for a in db.attempts(fut.job_id)] == ["ok"]
     assert not [r for _, r in ticks if r], ticks  # nothing left for a tick to record

@@ -442,8 +442,11 @@ class Store:
             got, drained = claim.claim(ctx, conn, owner, limit, ttl, now, scope, likely=True)
             done = Finished()
             more, late = tick.record_late(ctx, conn, owner, ttl, scope, got, done, before_commit)
-            if late and (done.released or done.retried or done.refused):
-                drained = False  # perhaps the late reports made work runnable, after the claim
+            if late:
+                if done.released or done.retried or done.refused:
+                    drained = False  # perhaps the late reports made work runnable, after the claim
+                # Their submitters (other processes, as a look's work mostly is) hear of them at the commit.
+                submit.notify_changes(ctx, conn, [], [], now, done, taken={c.job_id for c in more})
             return got + more, drained, done, late
 
         def made(conn: Connection, out: _Looked | None) -> _Looked | None:
