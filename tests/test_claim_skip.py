@@ -9,7 +9,7 @@ shorter. Results that themselves make jobs runnable (a released dependent, a
 retry) are claimed in the same transaction whatever the caller said.
 
 The executor tests check which path claimed each job: a look wrongly skipped
-leaves the work to a later tick that finds it (``Store.claim``, the idle
+leaves the work to a later tick that finds it (``Store.look``, the idle
 tick's look, at most a few seconds later), instead of the transaction that
 made it runnable or that first heard of it.
 """
@@ -54,16 +54,16 @@ def claim_probes(db: Any) -> Iterator[list[str]]:
 
 @pytest.fixture
 def idle_claims(monkeypatch: Any) -> list[tuple[int, int]]:
-    """(job id, attempt) of every job claimed by an idle tick's look (``Store.claim``) rather than with a finish."""
+    """(job id, attempt) of every job claimed by an idle tick's look (``Store.look``) rather than with a finish."""
     got: list[tuple[int, int]] = []
-    real = Store.claim
+    real = Store.look
 
-    def claim(self: Store, *args: Any, **kwargs: Any) -> Any:
+    def look(self: Store, *args: Any, **kwargs: Any) -> Any:
         out = real(self, *args, **kwargs)
-        got.extend((c.job_id, c.attempt) for c in out)
+        got.extend((c.job_id, c.attempt) for c in out[0])
         return out
 
-    monkeypatch.setattr(Store, "claim", claim)
+    monkeypatch.setattr(Store, "look", look)
     return got
 
 

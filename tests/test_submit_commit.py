@@ -165,9 +165,9 @@ def test_a_one_statement_durable_submit_runs_without_a_transaction_where_that_pa
     assert [r.state for r in db.jobs()] == ["done"] * 3
 
 
-@pytest.mark.parametrize("held", ["finish_and_claim", "claim"])
+@pytest.mark.parametrize("held", ["finish_and_claim", "look"])
 def test_a_tick_that_writes_no_submits_does_not_hold_up_a_durable_submit(db, held):
-    """A tick that only records results (``finish_and_claim``) or looks for work (``claim``) runs without the
+    """A tick that only records results (``finish_and_claim``) or looks for work (``look``) runs without the
     submit queue's writer: a durable submit from another thread is written meanwhile, not after it."""
     ex = db.executor(1, durable_submit=True, poll_interval=0.2)
     ex.submit(jobs.identity, 0).result(timeout=T)  # the child is up
