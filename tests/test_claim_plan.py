@@ -301,6 +301,11 @@ def _sqlite_plan(conn, stmt, params):
     return [str(row[-1]) for row in conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, tuple(args))]
 
 
+def _jit(db, conn):  # noqa: ANN001, ANN202
+    """PostgreSQL's ``jit`` setting on ``conn`` (None elsewhere)."""
+    return conn.exec_driver_sql("SHOW jit").scalar() if db.kind == "postgresql" else None
+
+
 def test_many_finished_jobs_are_looked_up_without_a_jit_compile(db):
     """The edges out of a batch of finished jobs are read with JIT off, for that transaction only.
 
@@ -316,21 +321,18 @@ def test_many_finished_jobs_are_looked_up_without_a_jit_compile(db):
     store = db.store()
     ids = fan_in(store, 100)
 
-    def jit(conn):
-        return conn.exec_driver_sql("SHOW jit").scalar() if db.kind == "postgresql" else None
-
     with store.engine.connect() as conn:
-        before = jit(conn)
+        before = _jit(db, conn)
         conn.rollback()
         with conn.begin():
             assert len(dag.dependents(store.ctx, conn, ids[: dag.MANY_IDS - 1])) == dag.MANY_IDS - 1
-            assert jit(conn) == before  # a few ids: no extra round trip
+            assert _jit(db, conn) == before  # a few ids: no extra round trip
         with conn.begin():
             found = dag.dependents(store.ctx, conn, ids[:-1])
-            assert jit(conn) == ("off" if db.kind == "postgresql" else None)
+            assert _jit(db, conn) == ("off" if db.kind == "postgresql" else None)
         assert sorted(found) == [(ids[-1], u, False) for u in ids[:-1]]
         with conn.begin():
-            assert jit(conn) == before  # the setting ended with its transaction
+            assert _jit(db, conn) == before  # the setting ended with its transaction
     store.close()
 
 
@@ -344,18 +346,15 @@ def test_statements_pipelined_for_many_ids_turn_jit_off_with_them(db):
 
     store = db.store()
 
-    def jit(conn):
-        return conn.exec_driver_sql("SHOW jit").scalar() if db.kind == "postgresql" else None
-
     with store.engine.connect() as conn:
-        before = jit(conn)
+        before = _jit(db, conn)
         conn.rollback()
         with conn.begin():
             answers = store.driver.pipelined(conn, [(select(literal(7)), {}), (select(literal(8)), {})], many=True)
             assert [a.rows for a in answers] == [[(7,)], [(8,)]]
-            assert jit(conn) == ("off" if db.kind == "postgresql" else None)
+            assert _jit(db, conn) == ("off" if db.kind == "postgresql" else None)
         with conn.begin():
-            assert jit(conn) == before  # the setting ended with its transaction
+            assert _jit(db, conn) == before  # the setting ended with its transaction
     store.close()
 
 
