@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import gc
 import threading
+import time
 
 import jobs
 from dbexecutor import JobFuture
@@ -35,10 +36,41 @@ def test_a_job_future_has_every_field_of_a_future():
     assert isinstance(ours._condition, threading.Condition)
 
 
-def test_a_job_future_makes_about_half_the_tracked_objects_of_a_future():
+def test_a_job_future_makes_half_the_tracked_objects_of_a_future_and_no_deque_until_waited_on():
     assert _own_tracked(cf.Future()) >= 10
-    assert _own_tracked(JobFuture(1)) <= 6
-    assert set(vars(JobFuture(1)._condition)) == {"_lock", "_waiters"}
+    fut: JobFuture[int] = JobFuture(1)
+    assert _own_tracked(fut) <= 5
+    assert set(vars(fut._condition)) == {"_lock", "_waiters"}
+    assert fut._condition._waiters == ()
+    fut.set_result(3)  # notify_all with no one waiting
+    assert fut.result(timeout=0) == 3 and fut._condition._waiters == ()
+
+
+def test_threads_waiting_on_a_job_future_wake_when_it_resolves():
+    fut: JobFuture[int] = JobFuture(1)
+    got: list[object] = []
+
+    def waiter() -> None:
+        got.append(fut.result(timeout=T))
+
+    def timing_out() -> None:
+        try:
+            JobFuture(2).result(timeout=0.05)
+        except cf.TimeoutError:
+            got.append("timeout")
+
+    threads = [threading.Thread(target=fn) for fn in (waiter, waiter, timing_out)]
+    for t in threads:
+        t.start()
+    end = time.monotonic() + T
+    while len(fut._condition._waiters) < 2 and time.monotonic() < end:
+        time.sleep(0.005)  # both in wait(): the queue was made by the first
+    assert len(fut._condition._waiters) == 2
+    fut.set_result(7)
+    for t in threads:
+        t.join(T)
+    assert sorted(map(str, got)) == ["7", "7", "timeout"]
+    assert len(fut._condition._waiters) == 0
 
 
 def test_results_reach_threads_waiting_every_way(db):

@@ -33,12 +33,26 @@ class _Condition(threading.Condition):
     ``release`` are methods of the class, and ``Condition``'s own fallbacks
     for a plain lock serve ``wait``. A future's lock is never taken twice by
     one thread (``Future`` and ``wait``/``as_completed`` take each once), so
-    it need not be re-entrant.
+    it need not be re-entrant. The queue of waiting threads (a ``deque``,
+    760 bytes) is made by the first ``wait``: a future that is never waited
+    on through its own condition (``concurrent.futures.wait`` and
+    ``as_completed`` use the future's list) never has one; ``notify`` reads
+    the empty tuple as no one waiting.
     """
 
     def __init__(self) -> None:  # not Condition.__init__: it would bind the lock's methods
         self._lock = threading.Lock()
-        self._waiters: deque[Any] = deque()
+        self._waiters: deque[Any] | tuple[()] = ()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """As ``Condition.wait`` (the caller holds the lock, so the queue is made once)."""
+        if type(self._waiters) is tuple:
+            self._waiters = deque()
+        return super().wait(timeout)
+
+    def _at_fork_reinit(self) -> None:
+        self._lock._at_fork_reinit()  # type: ignore[attr-defined]
+        self._waiters = ()
 
     def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
         """Take the lock (as ``Lock.acquire``)."""
