@@ -204,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         normed = statistics.median(sb) / statistics.median(sa) if sa and sb and statistics.median(sa) else None
         p = permutation_p(sa, sb) if normed is not None else permutation_p(a, b)
         unit = units[k]
-        better = "higher" if unit == "/s" else ("lower" if unit in ("s", "ms", "MB") else "")
+        better = "higher" if unit == "/s" else ("lower" if unit in ("s", "ms", "MB", "B") else "")
         summary.append({"scenario": k[0], "database": k[1], "metric": k[2], "unit": unit, "a": a, "b": b,
                         "a_median": ma, "b_median": mb, "b_over_a": ratio, "a_base_ratios": sa, "b_base_ratios": sb,
                         "b_over_a_vs_base": normed, "p": p, "better": better})

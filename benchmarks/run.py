@@ -154,6 +154,8 @@ def fmt(value: float | None, unit: str) -> str:
         return f"{value:g}"
     if unit == "MB":
         return f"{value:.2f} MB"
+    if unit == "B":
+        return f"{value:,.0f} B"
     return f"{value:.2f} {unit}"
 
 

@@ -29,7 +29,8 @@ latency      submit-to-start on an idle executor, in-process; and cross-process:
              submits through a DBExecutor whose only worker is kept busy, a second process
              runs a DBExecutor that only executes (target < 20 ms on every database).
 memory       parent RSS growth after N completed jobs whose futures were dropped; child RSS
-             over the first ``child_jobs`` of them.
+             over the first ``child_jobs`` of them; the bytes a finished future holds while
+             the program keeps it (10,000 kept, by tracemalloc; no target).
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ import statistics
 import sys
 import tempfile
 import time
+import tracemalloc
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, wait
@@ -716,12 +718,42 @@ def _memory(ex: Executor, total: int, batch: int, child_jobs: int) -> dict[str, 
     }
 
 
+def _held_bytes(ex: Executor, n: int) -> float:
+    """Bytes a finished future holds while the program keeps it (with its result), by tracemalloc.
+
+    What dropping ``n`` finished futures gives back, over ``n``: a program
+    that keeps what it submitted (``wait`` on a list of futures) holds this
+    much a job until it lets go.
+    """
+    warm = [ex.submit(jobs.noop, i) for i in range(min(n, 100))]
+    wait(warm)
+    del warm
+    tracemalloc.start()
+    try:
+        futures = [ex.submit(jobs.noop, i) for i in range(n)]
+        wait(futures)
+        gc.collect()
+        held = tracemalloc.get_traced_memory()[0]
+        del futures
+        gc.collect()
+        freed = held - tracemalloc.get_traced_memory()[0]
+    finally:
+        tracemalloc.stop()
+    return freed / n
+
+
+HELD_FUTURES = 10_000
+
+
 def memory(ctx: Context, kind: str) -> list[Row]:
     sz = ctx.sizes
+    held_n = min(HELD_FUTURES, sz.memory_jobs)
     # Only ProcessPoolExecutor here: loky and pebble add minutes to a full run and nothing to the question.
     base = run_baselines(ctx, lambda ex: _memory(ex, sz.memory_jobs, sz.memory_batch, sz.child_jobs), only=("ppe",))
+    base_held = run_baselines(ctx, lambda ex: _held_bytes(ex, held_n), only=("ppe",))
     with dbexecutor(kind, ctx.workers) as ex:
         ours = _memory(ex, sz.memory_jobs, sz.memory_batch, sz.child_jobs)
+        held = _held_bytes(ex, held_n)
     return [
         Row("memory", kind, f"parent RSS growth, {sz.memory_jobs:,} jobs", "MB", ours["parent_growth_mb"],
             {k: v["parent_growth_mb"] for k, v in base.items()}, None, ratio_of="",
@@ -729,4 +761,6 @@ def memory(ctx: Context, kind: str) -> list[Row]:
         Row("memory", kind, f"child RSS growth, {sz.child_jobs:,} jobs", "MB", ours["child_growth_mb"],
             {k: v["child_growth_mb"] for k, v in base.items()}, None, ratio_of="",
             raw={"child_start_mb": ours["child_start_mb"], "child_end_mb": ours["child_end_mb"]}),
+        Row("memory", kind, f"{held_n:,} finished futures kept: bytes a future", "B", held, dict(base_held),
+            None, ratio_of="", raw={"futures": held_n, "result": "int (noop)"}),
     ]
