@@ -8,6 +8,7 @@ that read the future, cancelling while others wait.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures as cf
 import gc
 import threading
@@ -71,6 +72,16 @@ def test_threads_waiting_on_a_job_future_wake_when_it_resolves():
         t.join(T)
     assert sorted(map(str, got)) == ["7", "7", "timeout"]
     assert len(fut._condition._waiters) == 0
+
+
+def test_asyncio_awaits_a_job_future_resolved_by_another_thread():
+    fut: JobFuture[int] = JobFuture(1)
+
+    async def main() -> int:
+        threading.Timer(0.05, fut.set_result, (11,)).start()
+        return await asyncio.wait_for(asyncio.wrap_future(fut), T)
+
+    assert asyncio.run(main()) == 11
 
 
 def test_results_reach_threads_waiting_every_way(db):
