@@ -29,7 +29,7 @@ class _Condition(threading.Condition):
     the lock, seven objects the garbage collector tracks, of the eleven a
     future holds. A program that keeps 10,000 futures (a ``wait`` on all it
     submitted) makes every full collection walk them; one-by-one submits
-    spent 15-20% of their time in the collector. Here ``acquire`` and
+    spent 10-20% of their time in the collector. Here ``acquire`` and
     ``release`` are methods of the class, and ``Condition``'s own fallbacks
     for a plain lock serve ``wait``. A future's lock is never taken twice by
     one thread (``Future`` and ``wait``/``as_completed`` take each once), so
