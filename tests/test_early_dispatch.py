@@ -37,6 +37,7 @@ from dbexecutor.messages import Committed
 from dbexecutor.records import Report
 from dbexecutor.store import Store
 from dbexecutor.supervisor import Supervisor
+from polling import until
 from seams import pin_pace, scheduler_of
 from test_job_transactions import _values, items  # noqa: F401 - items is a fixture
 
@@ -264,13 +265,6 @@ def idle_claims(monkeypatch: Any) -> list[str]:
     return got
 
 
-def _settled(seen: list[str], n: int) -> None:
-    """Until ``seen`` holds ``n`` entries (10 s at most): a look records what it claimed once it returns."""
-    deadline = time.monotonic() + 10
-    while len(seen) < n and time.monotonic() < deadline:
-        time.sleep(0.01)
-
-
 @pytest.mark.timeout(T)
 def test_work_from_another_process_starts_before_its_lease_commits(db, idle_claims, commits, tmp_path):
     runner = db.executor(2)
@@ -279,7 +273,7 @@ def test_work_from_another_process_starts_before_its_lease_commits(db, idle_clai
     commits.function, commits.delay = "timed", 0.6
     start, _, value = submitter.submit(jobs.timed, 0.0, "x").result(timeout=T)
     assert value == "x"
-    _settled(idle_claims, 1)  # the submitter may hear of the look's commit before the look has returned
+    until(lambda: len(idle_claims) >= 1)  # the submitter may hear of the look's commit before the look has returned
     assert idle_claims == ["jobs.timed"], idle_claims  # the runner's look claimed it, not a tick of its own writes
     assert start < commits.entered[0] + 0.3, (start - commits.entered[0])
     # And a look whose commit fails takes its early run back, as a finish's does.
@@ -289,7 +283,7 @@ def test_work_from_another_process_starts_before_its_lease_commits(db, idle_clai
     fut = submitter.submit(jobs.record_start_end, path, "v", 1.0)
     assert fut.result(timeout=T) == "v"
     assert commits.fail == 0, "the claiming commit was never failed"
-    _settled(idle_claims, 2)
+    until(lambda: len(idle_claims) >= 2)
     assert idle_claims == ["jobs.timed", "jobs.record_start_end"]  # the failed look raised; the next one claimed it
     _check_runs(path, db.attempts(fut.job_id))
 

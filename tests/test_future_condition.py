@@ -12,9 +12,9 @@ import asyncio
 import concurrent.futures as cf
 import gc
 import threading
-import time
 
 import jobs
+from polling import until
 from dbexecutor import JobFuture
 
 T = 60
@@ -63,9 +63,7 @@ def test_threads_waiting_on_a_job_future_wake_when_it_resolves():
     threads = [threading.Thread(target=fn) for fn in (waiter, waiter, timing_out)]
     for t in threads:
         t.start()
-    end = time.monotonic() + T
-    while len(fut._condition._waiters) < 2 and time.monotonic() < end:
-        time.sleep(0.005)  # both in wait(): the queue was made by the first
+    until(lambda: len(fut._condition._waiters) >= 2, T)  # both in wait(): the queue was made by the first
     assert len(fut._condition._waiters) == 2
     fut.set_result(7)
     for t in threads:

@@ -20,6 +20,7 @@ from sqlalchemy.exc import OperationalError
 import jobs
 from dbexecutor import DBExecutor
 from dbexecutor import submitqueue
+from polling import until
 from seams import scheduler_of, slow_ticks
 from test_faults import _kill, _start_driver, _tail
 
@@ -30,20 +31,11 @@ def _stored_ids(db) -> list[int]:
     return [int(r.id) for r in db.jobs()]
 
 
-def _until(predicate, timeout: float = 10.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return predicate()
-
-
 def test_the_scheduler_commits_queued_submits(db):
     ex = db.executor(2, run_jobs=False)  # nothing runs: the rows stay as written
     futs = [ex.submit(jobs.identity, i) for i in range(30)]
     # Nobody reads an id or flushes: the scheduler's tick writes them.
-    assert _until(lambda: all(f.stored for f in futs)), [f for f in futs if not f.stored]
+    assert until(lambda: all(f.stored for f in futs)), [f for f in futs if not f.stored]
     rows = db.jobs()
     assert [int(r.id) for r in rows] == [f.job_id for f in futs]
     assert {r.state for r in rows} == {"ready"}
@@ -249,7 +241,7 @@ def test_shutdown_writes_and_runs_what_was_queued(db):
 def test_shutdown_cancel_futures_leaves_no_future_pending(db):
     ex = db.executor(1)
     blocker = ex.submit(jobs.sleep, 0.5, "b")
-    assert _until(blocker.running)
+    assert until(blocker.running)
     with scheduler_of(ex).hold_writes():  # these stay queued until after the shutdown request
         futs = [ex.submit(jobs.identity, i) for i in range(20)]
         ex.shutdown(wait=False, cancel_futures=True)
@@ -263,7 +255,7 @@ def test_shutdown_cancel_futures_leaves_no_future_pending(db):
 def test_cancel_of_a_queued_job(db):
     ex = db.executor(1)
     blocker = ex.submit(jobs.sleep, 0.5, "b")
-    assert _until(blocker.running)
+    assert until(blocker.running)
     queued = ex.submit(jobs.identity, 1)
     below = ex.submit(jobs.add, queued, 1)
     assert queued.cancel() is True
@@ -281,7 +273,7 @@ def test_a_killed_submitter_loses_nothing_it_flushed(db, tmp_path, how):
     n = 40
     proc, log = _start_driver(tmp_path, "submitter", "submitted", db.url, json.dumps(options), n, int(how == "flush"))
     try:
-        assert _until(lambda: "submitted" in _tail(log), T), _tail(log)
+        assert until(lambda: "submitted" in _tail(log), T), _tail(log)
     finally:
         _kill(proc)
     rows = db.jobs()
@@ -356,7 +348,7 @@ def test_a_thread_holding_the_writer_keeps_its_backlog_queued(db, monkeypatch):
         futs = [ex.submit(jobs.identity, i) for i in range(40)]
         time.sleep(0.2)
         assert not any(f.stored for f in futs)
-    assert _until(lambda: all(f.stored for f in futs))
+    assert until(lambda: all(f.stored for f in futs))
     assert _stored_ids(db) == [f.job_id for f in futs]
 
 

@@ -17,6 +17,7 @@ import pytest
 import jobs
 from dbexecutor import DBExecutor
 from dbexecutor.pace import HOLD_MAX_ONE_WRITER, Pace
+from polling import until
 from seams import pin_pace, scheduler_of, slow_lease_renewal
 
 
@@ -196,9 +197,7 @@ def test_work_from_another_process_is_recorded_by_the_look_that_claims_it(db):
         fut = submitter.submit(jobs.identity, i)
         assert fut.result(timeout=10) == i
         # The submitter may hear of the commit before the look has returned to the loop.
-        deadline = time.monotonic() + 10
-        while len(looks) < i + 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        until(lambda: len(looks) >= i + 1)
         assert looks[-1] == (1, [fut.job_id]), (looks, ticks)
         assert [a.outcome for a in db.attempts(fut.job_id)] == ["ok"]
     assert not [r for _, r in ticks if r], ticks  # nothing left for a tick to record
