@@ -117,9 +117,19 @@ def ui(db: Any, tmp_path: Any, token: str | None = TOKEN) -> Iterator[str]:
 
 
 def _wait(driver: Any, check: Any, what: str, timeout: float = T) -> Any:
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(lambda d: check(d), message=what)
+    # Pages update themselves every few seconds: an element found a moment ago may have
+    # been replaced by the time it is read (stale), and the check is simply tried again.
+    return WebDriverWait(
+        driver, timeout, poll_frequency=0.1, ignored_exceptions=(StaleElementReferenceException,)
+    ).until(lambda d: check(d), message=what)
+
+
+def _read(driver: Any, read: Any, what: str) -> Any:
+    """``read(driver)`` taken whole, without a live update replacing an element halfway (see :func:`_wait`)."""
+    return _wait(driver, lambda d: (read(d),), what)[0]
 
 
 def _shot(driver: Any, name: str) -> None:
@@ -174,7 +184,7 @@ def test_an_operator_follows_a_failure_to_its_traceback_retries_it_and_sees_it_f
 
             browser.get(base + "/")
             assert browser.title.startswith("Overview")
-            chips = {c.text.split("\n")[1]: int(c.text.split("\n")[0]) for c in _css(browser, ".chip")}
+            chips = _read(browser, lambda d: {c.text.split("\n")[1]: int(c.text.split("\n")[0]) for c in _css(d, ".chip")}, "the chips")
             assert chips["failed"] == 1 and chips["done"] == len(upstream) + 7
             assert "rendering page 4 of 10" in browser.find_element(By.ID, "running").text
             if os.environ.get("DBEXECUTOR_UI_SCREENSHOTS"):
@@ -190,9 +200,9 @@ def test_an_operator_follows_a_failure_to_its_traceback_retries_it_and_sees_it_f
             # The failed chip leads to the list of failed jobs, the row to the job, the job to its traceback.
             browser.find_element(By.CSS_SELECTOR, ".chip.st-failed").click()
             _wait(browser, lambda d: "state=failed" in d.current_url, "the failed jobs")
-            rows = _css(browser, "#jobs tbody tr[data-job]")
-            assert [r.get_attribute("data-job") for r in rows] == [str(flaky.job_id)]
-            rows[0].find_element(By.LINK_TEXT, str(flaky.job_id)).click()
+            rows = _read(browser, lambda d: [r.get_attribute("data-job") for r in _css(d, "#jobs tbody tr[data-job]")], "the rows")
+            assert rows == [str(flaky.job_id)]
+            browser.find_element(By.CSS_SELECTOR, f'#jobs tbody tr[data-job="{flaky.job_id}"]').find_element(By.LINK_TEXT, str(flaky.job_id)).click()
             _wait(browser, lambda d: d.current_url.endswith(f"/jobs/{flaky.job_id}"), "the job's page")
             assert "CustomError: first attempt fails" in browser.find_element(By.ID, "traceback").text
             assert _css(browser, "form.action") == []  # not logged in: nothing offered
@@ -212,14 +222,14 @@ def test_an_operator_follows_a_failure_to_its_traceback_retries_it_and_sees_it_f
             _wait(browser, lambda d: d.find_element(By.ID, "job").get_attribute("data-state") == "done", "the job done, live")
             assert browser.execute_script("return performance.timeOrigin") == loaded
             assert flaky.job_id and ex.future(flaky.job_id).result(timeout=T) == "second time lucky"
-            outcomes = [c.text for c in _css(browser, "#job span.out")]
+            outcomes = _read(browser, lambda d: [c.text for c in _css(d, "#job span.out")], "the attempts")
             assert outcomes == ["exception", "ok"]
             _shot(browser, "job")
 
             browser.get(f"{base}/graph?job={batch.job_id}")
-            nodes = _css(browser, "svg.dag a.node")
+            nodes = _read(browser, lambda d: [n.get_attribute("data-state") for n in _css(d, "svg.dag a.node")], "the nodes")
             assert len(nodes) == 1 + 5 + 1 + len(upstream)  # the batch, its children, the total and its inputs
-            assert {n.get_attribute("data-state") for n in nodes} == {"done"}
+            assert set(nodes) == {"done"}
             _shot(browser, "graph")
     finally:
         open(gate, "w").close()
